@@ -1,0 +1,105 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/labstack/echo/v4"
+)
+
+// Error is an API error: an HTTP status, a stable code and a message that
+// says what is wrong. It is written as {"error":{"code":…,"message":…}}.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func invalidArgument(format string, args ...any) *Error {
+	return &Error{http.StatusBadRequest, "invalid_argument", fmt.Sprintf(format, args...)}
+}
+
+// codes maps the store's sentinel errors to API errors, in one place.
+var codes = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{db.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{db.ErrTooLarge, http.StatusRequestEntityTooLarge, "resource_exhausted"},
+	{db.ErrJobNotFound, http.StatusNotFound, "not_found"},
+	{db.ErrClaimNotFound, http.StatusNotFound, "not_found"},
+	{db.ErrClaimMismatch, http.StatusConflict, "failed_precondition"},
+	{db.ErrWrongState, http.StatusConflict, "failed_precondition"},
+	{db.ErrClosed, http.StatusServiceUnavailable, "unavailable"},
+}
+
+// toAPIError classifies err. Unknown errors are internal: logged in full,
+// shown to the client as "internal error".
+func toAPIError(err error) (*Error, bool) {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr, true
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		msg := fmt.Sprint(he.Message)
+		switch he.Code {
+		case http.StatusNotFound:
+			return &Error{he.Code, "not_found", "no such endpoint"}, true
+		case http.StatusMethodNotAllowed:
+			return &Error{he.Code, "invalid_argument", "method not allowed on this endpoint"}, true
+		case http.StatusRequestEntityTooLarge:
+			return &Error{he.Code, "resource_exhausted", "request body is too large"}, true
+		case http.StatusUnauthorized:
+			return &Error{he.Code, "unauthenticated", msg}, true
+		case http.StatusForbidden:
+			return &Error{he.Code, "permission_denied", msg}, true
+		}
+		if he.Code < 500 {
+			return &Error{he.Code, "invalid_argument", msg}, true
+		}
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			msg := strings.TrimPrefix(err.Error(), "db: ")
+			if c.err == db.ErrInvalidArgument {
+				msg = strings.TrimPrefix(msg, "invalid argument: ")
+			}
+			return &Error{c.status, c.code, msg}, true
+		}
+	}
+	return &Error{http.StatusInternalServerError, "internal", "internal error"}, false
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	apiErr, known := toAPIError(err)
+	req := c.Request()
+	if !known {
+		s.log.Error("internal error", "method", req.Method, "path", req.URL.Path, "err", err)
+	} else {
+		// Refusals change nothing and are not audited; they are logged.
+		s.log.Info("refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
+			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
+	}
+	var body errorBody
+	body.Error.Code, body.Error.Message = apiErr.Code, apiErr.Message
+	if err := c.JSON(apiErr.Status, body); err != nil {
+		s.log.Warn("write error response", "err", err)
+	}
+}

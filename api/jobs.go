@@ -1,0 +1,372 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/labstack/echo/v4"
+)
+
+// jobResponse is a job in JSON. fencing_token is the current claim's token
+// (equal to attempts) while the job is claimed.
+type jobResponse struct {
+	ID             uint64          `json:"id"`
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind,omitempty"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int64           `json:"priority"`
+	State          db.State        `json:"state"`
+	Attempts       uint64          `json:"attempts"`
+	MaxAttempts    uint64          `json:"max_attempts"`
+	FencingToken   uint64          `json:"fencing_token,omitempty"`
+	ClaimedBy      string          `json:"claimed_by,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at,omitempty"`
+	RunAt          time.Time       `json:"run_at"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	CompletedAt    *time.Time      `json:"completed_at,omitempty"`
+	LastError      string          `json:"last_error,omitempty"`
+	Errors         []jobError      `json:"errors,omitempty"`
+	Result         json.RawMessage `json:"result,omitempty"`
+	Attestation    json.RawMessage `json:"attestation,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+}
+
+type jobError struct {
+	Attempt uint64    `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func toJobResponse(j db.Job) jobResponse {
+	r := jobResponse{
+		ID: j.ID, Queue: j.Queue, Kind: j.Kind, Payload: j.Payload, Priority: j.Priority, State: j.State,
+		Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, FencingToken: j.FencingToken(), ClaimedBy: j.ClaimedBy,
+		LeaseExpiresAt: optTime(j.LeaseExpiresAt), RunAt: j.RunAt, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
+		CompletedAt: optTime(j.CompletedAt), LastError: j.LastError, Result: j.Result, Attestation: j.Attestation,
+		IdempotencyKey: j.IdempotencyKey,
+	}
+	if r.Payload == nil {
+		r.Payload = json.RawMessage("null")
+	}
+	for _, e := range j.Errors {
+		r.Errors = append(r.Errors, jobError{Attempt: e.Attempt, At: e.At, Error: e.Error})
+	}
+	return r
+}
+
+type jobsResponse struct {
+	Jobs []jobResponse `json:"jobs"`
+	Next uint64        `json:"next,omitempty"`
+}
+
+func toJobsResponse(jobs []db.Job) jobsResponse {
+	out := jobsResponse{Jobs: make([]jobResponse, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, toJobResponse(j))
+	}
+	return out
+}
+
+type enqueueBody struct {
+	Queue          string          `json:"queue"`
+	Kind           string          `json:"kind"`
+	Payload        json.RawMessage `json:"payload"`
+	Priority       int64           `json:"priority"`
+	MaxAttempts    uint64          `json:"max_attempts"`
+	RunAt          string          `json:"run_at"`
+	DelayMs        int64           `json:"delay_ms"`
+	IdempotencyKey string          `json:"idempotency_key"`
+}
+
+func (b enqueueBody) request(principal string) (db.EnqueueRequest, error) {
+	req := db.EnqueueRequest{Principal: principal, Queue: b.Queue, Kind: b.Kind, Payload: b.Payload,
+		Priority: b.Priority, MaxAttempts: b.MaxAttempts, IdempotencyKey: b.IdempotencyKey}
+	if b.RunAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, b.RunAt)
+		if err != nil {
+			return req, invalidArgument("run_at %q is not an RFC 3339 time", b.RunAt)
+		}
+		req.RunAt = t
+	}
+	d, err := msDuration("delay_ms", b.DelayMs)
+	req.Delay = d
+	return req, err
+}
+
+// enqueue: a JSON object enqueues one job (201, or 200 when the idempotency
+// key already exists); a JSON list enqueues all of them in one transaction
+// and answers {"jobs": […]} with 201.
+func (s *Server) enqueue(c echo.Context) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	batch := bytes.HasPrefix(bytes.TrimSpace(body), []byte("["))
+	var bodies []enqueueBody
+	if batch {
+		err = decodeJSON(body, &bodies, false)
+		if err == nil && len(bodies) == 0 {
+			err = invalidArgument("the list of jobs is empty")
+		}
+	} else {
+		bodies = make([]enqueueBody, 1)
+		err = decodeJSON(body, &bodies[0], false)
+	}
+	if err != nil {
+		return err
+	}
+	reqs := make([]db.EnqueueRequest, len(bodies))
+	for i, b := range bodies {
+		if reqs[i], err = b.request(principalOf(c)); err != nil {
+			return err
+		}
+	}
+	results, err := s.store.EnqueueJobs(c.Request().Context(), reqs)
+	if err != nil {
+		return err
+	}
+	if !batch {
+		status := http.StatusCreated
+		if !results[0].Created {
+			status = http.StatusOK
+		}
+		return c.JSON(status, toJobResponse(results[0].Job))
+	}
+	out := jobsResponse{Jobs: make([]jobResponse, 0, len(results))}
+	for _, r := range results {
+		out.Jobs = append(out.Jobs, toJobResponse(r.Job))
+	}
+	return c.JSON(http.StatusCreated, out)
+}
+
+func (s *Server) getJob(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	job, err := s.store.GetJob(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJobResponse(job))
+}
+
+func (s *Server) listJobs(c echo.Context) error {
+	q := c.QueryParams()
+	req := db.ListRequest{Queue: q.Get("queue"), State: db.State(q.Get("state"))}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return invalidArgument("after %q is not a non-negative integer", v)
+		}
+		req.After = n
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return invalidArgument("limit %q is not an integer", v)
+		}
+		req.Limit = n
+	}
+	page, err := s.store.ListJobs(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	out := toJobsResponse(page.Jobs)
+	out.Next = page.Next
+	return c.JSON(http.StatusOK, out)
+}
+
+type claimBody struct {
+	Worker  string   `json:"worker"`
+	Queue   string   `json:"queue"`
+	Queues  []string `json:"queues"`
+	LeaseMs int64    `json:"lease_ms"`
+	WaitMs  int64    `json:"wait_ms"`
+	Max     *int     `json:"max"`
+}
+
+// claim answers the claimed Job, or {"jobs": […]} when "max" was given, or
+// 204 when nothing is eligible.
+func (s *Server) claim(c echo.Context) error {
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var b claimBody
+	if err := decodeJSON(raw, &b, false); err != nil {
+		return err
+	}
+	req := db.ClaimRequest{Principal: principalOf(c), Worker: b.Worker, Queues: b.Queues}
+	if b.Queue != "" {
+		req.Queues = append(req.Queues, b.Queue)
+	}
+	if req.Lease, err = msDuration("lease_ms", b.LeaseMs); err != nil {
+		return err
+	}
+	if b.Max != nil {
+		if *b.Max < 1 {
+			return invalidArgument("max must be at least 1, got %d", *b.Max)
+		}
+		req.Max = *b.Max
+	}
+	jobs, err := s.store.ClaimJobs(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		return c.NoContent(http.StatusNoContent)
+	}
+	if b.Max != nil {
+		return c.JSON(http.StatusOK, toJobsResponse(jobs))
+	}
+	return c.JSON(http.StatusOK, toJobResponse(jobs[0]))
+}
+
+// fenced names the caller of a fenced call from the path, the principal and
+// the body's worker and fencing_token.
+func fenced(c echo.Context, worker string, token uint64) (db.Fenced, error) {
+	id, err := pathID(c)
+	return db.Fenced{ID: id, Principal: principalOf(c), Worker: worker, FencingToken: token}, err
+}
+
+func (s *Server) heartbeat(c echo.Context) error {
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Worker       string `json:"worker"`
+		FencingToken uint64 `json:"fencing_token"`
+		LeaseMs      int64  `json:"lease_ms"`
+	}
+	if err := decodeJSON(raw, &b, false); err != nil {
+		return err
+	}
+	req := db.HeartbeatRequest{}
+	if req.Fenced, err = fenced(c, b.Worker, b.FencingToken); err != nil {
+		return err
+	}
+	if req.Lease, err = msDuration("lease_ms", b.LeaseMs); err != nil {
+		return err
+	}
+	job, err := s.store.HeartbeatJob(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJobResponse(job))
+}
+
+func (s *Server) complete(c echo.Context) error {
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Worker       string          `json:"worker"`
+		FencingToken uint64          `json:"fencing_token"`
+		Result       json.RawMessage `json:"result"`
+		Attestation  json.RawMessage `json:"attestation"`
+	}
+	if err := decodeJSON(raw, &b, false); err != nil {
+		return err
+	}
+	req := db.CompleteRequest{Result: b.Result, Attestation: b.Attestation}
+	if req.Fenced, err = fenced(c, b.Worker, b.FencingToken); err != nil {
+		return err
+	}
+	job, err := s.store.CompleteJob(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJobResponse(job))
+}
+
+func (s *Server) fail(c echo.Context) error {
+	raw, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	var b struct {
+		Worker       string `json:"worker"`
+		FencingToken uint64 `json:"fencing_token"`
+		Error        string `json:"error"`
+		RetryDelayMs *int64 `json:"retry_delay_ms"`
+		Final        bool   `json:"final"`
+	}
+	if err := decodeJSON(raw, &b, false); err != nil {
+		return err
+	}
+	req := db.FailRequest{Error: b.Error, Final: b.Final}
+	if req.Fenced, err = fenced(c, b.Worker, b.FencingToken); err != nil {
+		return err
+	}
+	if b.RetryDelayMs != nil {
+		d, err := msDuration("retry_delay_ms", *b.RetryDelayMs)
+		if err != nil {
+			return err
+		}
+		req.RetryDelay = &d
+	}
+	job, err := s.store.FailJob(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJobResponse(job))
+}
+
+func (s *Server) cancel(c echo.Context) error {
+	return s.adminJob(c, s.store.CancelJob)
+}
+
+func (s *Server) retry(c echo.Context) error {
+	return s.adminJob(c, s.store.RetryJob)
+}
+
+func (s *Server) adminJob(c echo.Context, op func(ctx context.Context, req db.JobRequest) (db.Job, error)) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	job, err := op(c.Request().Context(), db.JobRequest{Principal: principalOf(c), ID: id})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toJobResponse(job))
+}
+
+type queueResponse struct {
+	Queue  string              `json:"queue"`
+	Counts map[db.State]uint64 `json:"counts"`
+}
+
+func (s *Server) queues(c echo.Context) error {
+	stats, err := s.store.Stats(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Queues []queueResponse `json:"queues"`
+	}{Queues: []queueResponse{}}
+	for _, q := range stats {
+		counts := map[db.State]uint64{}
+		for _, st := range db.States {
+			counts[st] = q.Counts[st]
+		}
+		out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
+	}
+	return c.JSON(http.StatusOK, out)
+}

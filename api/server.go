@@ -1,0 +1,130 @@
+// Package api serves fenceq's v1 HTTP API with echo. It consumes the small
+// Store interface below, which *db.Store satisfies, maps the store's errors
+// to API codes in one table (errors.go), and never decides queue rules
+// itself: those live in db and lease.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/labstack/echo/v4"
+)
+
+// Store is the set of operations the API needs. *db.Store implements it; a
+// second backend can plug in by implementing it too.
+type Store interface {
+	EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db.EnqueueResult, error)
+	ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error)
+	HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error)
+	CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error)
+	FailJob(ctx context.Context, req db.FailRequest) (db.Job, error)
+	CancelJob(ctx context.Context, req db.JobRequest) (db.Job, error)
+	RetryJob(ctx context.Context, req db.JobRequest) (db.Job, error)
+	GetJob(ctx context.Context, id uint64) (db.Job, error)
+	ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, error)
+	Stats(ctx context.Context) ([]db.QueueStats, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Store = (*db.Store)(nil)
+
+// Config configures a Server.
+type Config struct {
+	// MaxBodyBytes bounds every request body. Default 4 MiB.
+	MaxBodyBytes int64
+	// Logger receives refusals and internal errors. Default slog.Default().
+	Logger *slog.Logger
+	// Index serves "/" (the status page). Optional.
+	Index http.Handler
+}
+
+// Server is the HTTP API.
+type Server struct {
+	store Store
+	cfg   Config
+	log   *slog.Logger
+	echo  *echo.Echo
+}
+
+// New returns the API server for store.
+func New(store Store, cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 4 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{store: store, cfg: cfg, log: cfg.Logger, echo: echo.New()}
+	e := s.echo
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.limitBody, s.localPrincipal)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	v1 := e.Group("/v1")
+	v1.POST("/jobs", s.enqueue)
+	v1.GET("/jobs", s.listJobs)
+	v1.GET("/jobs/:id", s.getJob)
+	v1.POST("/jobs/:id/cancel", s.cancel)
+	v1.POST("/jobs/:id/retry", s.retry)
+	v1.POST("/jobs/:id/heartbeat", s.heartbeat)
+	v1.POST("/jobs/:id/complete", s.complete)
+	v1.POST("/jobs/:id/fail", s.fail)
+	v1.POST("/claim", s.claim)
+	v1.GET("/queues", s.queues)
+	if cfg.Index != nil {
+		e.GET("/", echo.WrapHandler(cfg.Index))
+	}
+	return s
+}
+
+// ServeHTTP makes Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// limitBody caps every request body; reading past the cap fails the decode
+// with resource_exhausted.
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.ContentLength > s.cfg.MaxBodyBytes {
+			return &Error{http.StatusRequestEntityTooLarge, "resource_exhausted", "request body is larger than the server's limit"}
+		}
+		req.Body = http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxBodyBytes)
+		return next(c)
+	}
+}
+
+const principalKey = "fenceq.principal"
+
+// LocalPrincipal is the principal of every request when no auth file is used.
+const LocalPrincipal = "local"
+
+// localPrincipal treats every request as principal "local" with all roles.
+func (s *Server) localPrincipal(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if c.Get(principalKey) == nil {
+			c.Set(principalKey, LocalPrincipal)
+		}
+		return next(c)
+	}
+}
+
+func principalOf(c echo.Context) string {
+	p, _ := c.Get(principalKey).(string)
+	return p
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	if err := s.store.Ping(c.Request().Context()); err != nil {
+		return &Error{http.StatusServiceUnavailable, "unavailable", "store is not ready: " + err.Error()}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

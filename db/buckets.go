@@ -1,0 +1,32 @@
+package db
+
+// Bucket names, in one place. Every index entry changes in the same
+// transaction as the record it points to (see putJob).
+var (
+	// bucketJobs: id (8 bytes big-endian) → msgpack jobRecord.
+	bucketJobs = []byte("jobs")
+	// bucketReady: queue 0x00 ^priority runAt id → nil; available jobs in claim order.
+	bucketReady = []byte("idx_ready")
+	// bucketScheduled: runAt id → nil; jobs waiting for their run_at.
+	bucketScheduled = []byte("idx_scheduled")
+	// bucketClaimed: queue 0x00 leaseExpiresAt id → nil; claimed jobs by lease expiry.
+	bucketClaimed = []byte("idx_claimed")
+	// bucketIdempotency: queue 0x00 key → id.
+	bucketIdempotency = []byte("idx_idempotency")
+	// bucketCounts: queue 0x00 state → uint64 count, kept for Stats.
+	bucketCounts = []byte("counts")
+	// bucketAudit: sequence (8 bytes) → msgpack auditRecord.
+	bucketAudit = []byte("audit")
+	// bucketMeta: small named values (schema version, audit head).
+	bucketMeta = []byte("meta")
+)
+
+var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed,
+	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta}
+
+var (
+	metaSchemaVersion = []byte("schema_version")
+	metaAuditHead     = []byte("audit_head") // seq (8) ‖ hash (32)
+)
+
+const schemaVersion = 1

@@ -1,0 +1,41 @@
+package db
+
+import "errors"
+
+// Sentinel errors returned by Store methods, wrapped with detail. Callers
+// compare with errors.Is; package api maps each to one HTTP code.
+var (
+	// ErrInvalidArgument: the request is malformed (bad queue name, negative
+	// or absurd duration, token above u32 max, missing worker). Nothing changed.
+	ErrInvalidArgument = errors.New("db: invalid argument")
+	// ErrTooLarge: a payload, result or attestation is above its size limit.
+	ErrTooLarge = errors.New("db: too large")
+	// ErrJobNotFound: no job has this id.
+	ErrJobNotFound = errors.New("db: job not found")
+	// ErrClaimNotFound refuses a heartbeat or failure from a caller that does
+	// not hold the job's current claim: another holder, a stale fencing
+	// token, or a job that is no longer claimed. It is what a lost claim
+	// produces, so a fenced-off worker cannot tell it apart from one.
+	ErrClaimNotFound = errors.New("db: claim not found")
+	// ErrClaimMismatch refuses a completion for the same reasons as
+	// ErrClaimNotFound; completions report it as a failed precondition.
+	ErrClaimMismatch = errors.New("db: job is not claimed by this worker with this fencing token")
+	// ErrWrongState: the job's state does not allow the operation (cancel of
+	// a completed job, retry of an available one).
+	ErrWrongState = errors.New("db: job state does not allow this")
+	// ErrLocked: another process holds the database file.
+	ErrLocked = errors.New("db: database file is locked by another process")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("db: store is closed")
+	// ErrCorrupt: a stored record could not be decoded.
+	ErrCorrupt = errors.New("db: corrupt record")
+)
+
+// isRefusal reports whether err is a business refusal: an error a request
+// returns before it writes anything. A refusal in one request of a shared
+// commit does not affect the others; any other error aborts the commit.
+func isRefusal(err error) bool {
+	return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge) ||
+		errors.Is(err, ErrJobNotFound) || errors.Is(err, ErrClaimNotFound) ||
+		errors.Is(err, ErrClaimMismatch) || errors.Is(err, ErrWrongState)
+}

@@ -1,0 +1,305 @@
+// Package db is fenceq's bbolt store. Each operation is one exported method
+// that runs in one serializable bbolt transaction; concurrent mutations share
+// commits (group commit) but never a decision: each is applied in turn inside
+// the shared transaction and answered only after that transaction committed.
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenceq/fenceq/lease"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// Options configure a Store. The zero value is usable: every field has a default.
+type Options struct {
+	// Now is the clock, read once per operation. Default time.Now.
+	Now func() time.Time
+	// Random returns a number in [0, 1) for backoff jitter. Default math/rand/v2.
+	Random func() float64
+	// DefaultLease is used when a claim or heartbeat gives none. Default 30s.
+	DefaultLease time.Duration
+	// MaxLease is the longest lease a caller may ask for. Default 1h.
+	MaxLease time.Duration
+	// MaxPayloadBytes bounds payloads and results. Default 1 MiB.
+	MaxPayloadBytes int
+	// MaxAttestationBytes bounds a completion's attestation. Default 64 KiB.
+	MaxAttestationBytes int
+	// Backoff is the retry wait when a failure gives no delay.
+	Backoff lease.Backoff
+	// RequireFencing refuses heartbeat, complete and fail without a token.
+	RequireFencing bool
+	// LockTimeout is how long Open waits for another process's file lock
+	// before it returns ErrLocked. Default 1s.
+	LockTimeout time.Duration
+	// ReadOnly opens the file read-only (shared lock); mutations fail.
+	ReadOnly bool
+	// MaxBatch bounds how many mutations share one commit. Default 256.
+	MaxBatch int
+}
+
+func (o *Options) setDefaults() {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Random == nil {
+		o.Random = rand.Float64
+	}
+	if o.DefaultLease <= 0 {
+		o.DefaultLease = 30 * time.Second
+	}
+	if o.MaxLease <= 0 {
+		o.MaxLease = time.Hour
+	}
+	if o.DefaultLease > o.MaxLease {
+		o.DefaultLease = o.MaxLease
+	}
+	if o.MaxPayloadBytes <= 0 {
+		o.MaxPayloadBytes = 1 << 20
+	}
+	if o.MaxAttestationBytes <= 0 {
+		o.MaxAttestationBytes = 64 << 10
+	}
+	if o.Backoff == (lease.Backoff{}) {
+		o.Backoff = lease.DefaultBackoff
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+}
+
+// Store is a job queue in one bbolt file. Its methods are safe for
+// concurrent use.
+type Store struct {
+	bolt *bolt.DB
+	opts Options
+	path string
+
+	writes    chan *writeOp
+	closing   chan struct{}
+	committed chan struct{} // closed when the committer has stopped
+	closeOnce sync.Once
+
+	commits      atomic.Uint64
+	committedOps atomic.Uint64
+}
+
+// Open opens (creating if needed) the store at path. It returns ErrLocked
+// when another process holds the file and ErrCorrupt when it is not a
+// fenceq database.
+func Open(path string, opts Options) (*Store, error) {
+	opts.setDefaults()
+	if opts.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("db: open %s: %w", path, err)
+		}
+	}
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:      opts.LockTimeout,
+		ReadOnly:     opts.ReadOnly,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, path, opts.LockTimeout)
+		}
+		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
+			return nil, fmt.Errorf("%w: %s is not a fenceq database: %v", ErrCorrupt, path, err)
+		}
+		return nil, fmt.Errorf("db: open %s: %w", path, err)
+	}
+	s := &Store{bolt: bdb, opts: opts, path: path,
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{})}
+	if opts.ReadOnly {
+		err = bdb.View(func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketJobs) == nil {
+				return fmt.Errorf("%w: %s has no fenceq buckets", ErrCorrupt, path)
+			}
+			return nil
+		})
+	} else {
+		err = bdb.Update(initBuckets)
+	}
+	if err != nil {
+		bdb.Close()
+		return nil, err
+	}
+	go s.commitLoop()
+	return s, nil
+}
+
+func initBuckets(tx *bolt.Tx) error {
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("db: create bucket %s: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if v := meta.Get(metaSchemaVersion); v != nil {
+		if len(v) != 8 || idFromKey(v) != schemaVersion {
+			return fmt.Errorf("%w: schema version %x, this build reads %d", ErrCorrupt, v, schemaVersion)
+		}
+		return nil
+	}
+	return meta.Put(metaSchemaVersion, u64(schemaVersion))
+}
+
+// Path returns the file the store was opened on.
+func (s *Store) Path() string { return s.path }
+
+// Close waits for the commit in progress, refuses new mutations with
+// ErrClosed, and closes the file.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	<-s.committed
+	return s.bolt.Close()
+}
+
+// CommitStats reports how many commits the store made and how many
+// mutations they carried, for metrics and the bench command.
+func (s *Store) CommitStats() (commits, ops uint64) {
+	return s.commits.Load(), s.committedOps.Load()
+}
+
+// Check runs bbolt's consistency check over the whole file and the store's
+// own invariants (every index entry matches its record, counts match).
+func (s *Store) Check() error {
+	return s.bolt.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return fmt.Errorf("db: bbolt check: %w", err)
+		}
+		return checkIndexes(tx)
+	})
+}
+
+// view runs fn in a read transaction.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.bolt.View(fn)
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+// writeOp is one mutation waiting for a shared commit.
+type writeOp struct {
+	fn   func(tx *bolt.Tx) error
+	err  error
+	done chan struct{}
+}
+
+// update runs fn inside a write transaction shared with other concurrent
+// mutations and returns after that transaction committed (or failed). fn
+// must check everything before it writes: a refusal (see isRefusal) leaves
+// the shared transaction to the others, any other error aborts it and fails
+// every mutation in it. fn runs exactly once.
+func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if s.opts.ReadOnly {
+		return fmt.Errorf("db: store is read-only")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op := &writeOp{fn: fn, done: make(chan struct{})}
+	select {
+	case s.writes <- op:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once taken, the mutation will be committed or failed; wait for that
+	// even if ctx ends, so the caller never reports a write as not done
+	// when it was.
+	<-op.done
+	return op.err
+}
+
+// commitLoop starts a commit as soon as the previous one ended, taking every
+// mutation that arrived meanwhile (up to MaxBatch). There is no timer: under
+// light load a mutation waits for exactly one commit.
+func (s *Store) commitLoop() {
+	defer close(s.committed)
+	batch := make([]*writeOp, 0, s.opts.MaxBatch)
+	for {
+		select {
+		case op := <-s.writes:
+			batch = append(batch[:0], op)
+		case <-s.closing:
+			return
+		}
+	drain:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case op := <-s.writes:
+				batch = append(batch, op)
+			default:
+				break drain
+			}
+		}
+		s.commitBatch(batch)
+	}
+}
+
+func (s *Store) commitBatch(batch []*writeOp) {
+	finish := func(err error) {
+		for _, op := range batch {
+			if err != nil {
+				op.err = err
+			}
+			close(op.done)
+		}
+	}
+	tx, err := s.bolt.Begin(true)
+	if err != nil {
+		finish(fmt.Errorf("db: begin: %w", err))
+		return
+	}
+	for _, op := range batch {
+		err := runOp(op.fn, tx)
+		if err != nil && !isRefusal(err) {
+			_ = tx.Rollback()
+			finish(err)
+			return
+		}
+		op.err = err
+	}
+	if err := tx.Commit(); err != nil {
+		finish(fmt.Errorf("db: commit: %w", err))
+		return
+	}
+	s.commits.Add(1)
+	s.committedOps.Add(uint64(len(batch)))
+	finish(nil)
+}
+
+// runOp turns a panic in a mutation into an error that aborts its commit.
+func runOp(fn func(tx *bolt.Tx) error, tx *bolt.Tx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("db: internal error: %v", r)
+		}
+	}()
+	return fn(tx)
+}
+
+// Ping reports whether the store can serve a read transaction.
+func (s *Store) Ping(ctx context.Context) error {
+	select {
+	case <-s.closing:
+		return ErrClosed
+	default:
+	}
+	return s.view(func(tx *bolt.Tx) error { return nil })
+}

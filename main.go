@@ -1,0 +1,191 @@
+// Command fenceq is a durable job queue in one binary: a bbolt file, fenced
+// claims, and an HTTP API. Run "fenceq help" for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fenceq/fenceq/api"
+	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "fenceq:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+func exitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// usageError is a mistake on the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `fenceq — a durable job queue in one binary
+
+Usage:
+  fenceq [serve] [flags]     run the server (the default command)
+  fenceq help                show this help
+
+Run "fenceq serve --help" for the server's flags. Every flag can also be set
+by an environment variable: --max-lease is FENCEQ_MAX_LEASE, and so on.
+A flag on the command line wins over the environment.
+`
+
+// run is main without the process: arguments, output streams and a context
+// that ends on SIGINT/SIGTERM.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
+}
+
+// newFlagSet returns a flag set that reports errors to stderr; parseWithEnv
+// fills it from FENCEQ_* variables and the command line.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseWithEnv applies FENCEQ_<FLAG> variables, then the command line.
+func parseWithEnv(fs *flag.FlagSet, args []string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "FENCEQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = usageError{fmt.Sprintf("%s=%q: %v", name, v, err)}
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+type serveConfig struct {
+	dbPath         string
+	listen         string
+	requireFencing bool
+	defaultLease   time.Duration
+	maxLease       time.Duration
+	maxPayload     int
+	maxBody        int64
+	shutdownWait   time.Duration
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg serveConfig
+	fs := newFlagSet("fenceq serve", stderr)
+	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing)")
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7420", "address to serve HTTP on (port 0 picks a free port)")
+	fs.BoolVar(&cfg.requireFencing, "require-fencing", false, "refuse heartbeat, complete and fail without a fencing_token")
+	fs.DurationVar(&cfg.defaultLease, "default-lease", 30*time.Second, "lease of a claim or heartbeat that gives no lease_ms")
+	fs.DurationVar(&cfg.maxLease, "max-lease", time.Hour, "longest lease a worker may ask for")
+	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
+	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
+	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
+		return usageError{"--default-lease and --max-lease must be positive, and the default at most the max"}
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	store, err := db.Open(cfg.dbPath, db.Options{
+		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
+		RequireFencing: cfg.requireFencing,
+	})
+	if err != nil {
+		if errors.Is(err, db.ErrLocked) {
+			return fmt.Errorf("%w; is another fenceq serving this file?", err)
+		}
+		return err
+	}
+	defer store.Close()
+
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler()})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      90 * time.Second, // above the longest long-poll wait
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	logger.Info("fenceq serving", "listen", "http://"+ln.Addr().String(), "db", cfg.dbPath,
+		"require_fencing", cfg.requireFencing)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownWait)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		logger.Warn("shutdown did not finish cleanly", "err", err)
+	}
+	if err := store.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", cfg.dbPath, err)
+	}
+	logger.Info("stopped", "db", cfg.dbPath)
+	return nil
+}
