@@ -52,8 +52,10 @@ func (e usageError) Error() string { return e.msg }
 const usage = `fenceq — a durable job queue in one binary
 
 Usage:
-  fenceq [serve] [flags]     run the server (the default command)
-  fenceq help                show this help
+  fenceq [serve] [flags]                      run the server (the default command)
+  fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
+  fenceq audit verify --db FILE               verify the audit chain of a file offline
+  fenceq help                                 show this help
 
 Run "fenceq serve --help" for the server's flags. Every flag can also be set
 by an environment variable: --max-lease is FENCEQ_MAX_LEASE, and so on.
@@ -70,6 +72,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stdout, stderr)
+	case "token":
+		return tokenCommand(args, stdout, stderr)
+	case "audit":
+		return auditCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -120,6 +126,15 @@ type serveConfig struct {
 	maxPayload     int
 	maxBody        int64
 	shutdownWait   time.Duration
+	authFile       string
+	insecure       bool
+	tlsCert        string
+	tlsKey         string
+	readHeader     time.Duration
+	readTimeout    time.Duration
+	writeTimeout   time.Duration
+	idleTimeout    time.Duration
+	maxHeaderBytes int
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -133,8 +148,35 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
 	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
 	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	fs.StringVar(&cfg.authFile, "auth-file", "", "principals file: one \"name roles sha256-of-token\" a line; without it every request is principal \"local\" and only loopback addresses may be served")
+	fs.BoolVar(&cfg.insecure, "insecure", false, "allow a non-loopback --listen without --auth-file")
+	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); serve HTTPS with --tls-key")
+	fs.StringVar(&cfg.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.DurationVar(&cfg.readHeader, "read-header-timeout", 5*time.Second, "time allowed to read a request's headers")
+	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "time allowed to read a whole request")
+	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 90*time.Second, "time allowed to write a response (above the longest long-poll wait)")
+	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
+	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
+	}
+	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
+		return usageError{"--tls-cert and --tls-key go together"}
+	}
+	var principals *api.Principals
+	if cfg.authFile != "" {
+		f, err := os.Open(cfg.authFile)
+		if err != nil {
+			return fmt.Errorf("auth file: %w", err)
+		}
+		principals, err = api.ParsePrincipals(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", cfg.authFile, err)
+		}
+	} else if !cfg.insecure && !isLoopback(cfg.listen) {
+		return usageError{fmt.Sprintf("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
+			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)}
 	}
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return usageError{"--default-lease and --max-lease must be positive, and the default at most the max"}
@@ -157,21 +199,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
-	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler()})
+	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
+		Principals: principals})
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      90 * time.Second, // above the longest long-poll wait
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: cfg.readHeader,
+		ReadTimeout:       cfg.readTimeout,
+		WriteTimeout:      cfg.writeTimeout,
+		IdleTimeout:       cfg.idleTimeout,
+		MaxHeaderBytes:    cfg.maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	logger.Info("fenceq serving", "listen", "http://"+ln.Addr().String(), "db", cfg.dbPath,
-		"require_fencing", cfg.requireFencing)
+	scheme := "http"
+	if cfg.tlsCert != "" {
+		scheme = "https"
+	}
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
+		"require_fencing", cfg.requireFencing, "auth", principals != nil)
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if cfg.tlsCert != "" {
+			served <- srv.ServeTLS(ln, cfg.tlsCert, cfg.tlsKey)
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
@@ -188,4 +241,18 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger.Info("stopped", "db", cfg.dbPath)
 	return nil
+}
+
+// isLoopback reports whether a listen address only accepts connections from
+// this machine. An empty host (all interfaces) is not loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

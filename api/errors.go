@@ -93,7 +93,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if !known {
 		s.log.Error("internal error", "method", req.Method, "path", req.URL.Path, "err", err)
 	} else {
-		// Refusals change nothing and are not audited; they are logged.
+		// Refusals change nothing and are not audited; they are counted and logged.
+		s.refusals.add(req.Method+" "+c.Path(), apiErr.Code)
 		s.log.Info("refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
 			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
 	}

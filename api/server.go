@@ -27,6 +27,9 @@ type Store interface {
 	ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, error)
 	Stats(ctx context.Context) ([]db.QueueStats, error)
 	Ping(ctx context.Context) error
+	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
+	VerifyAudit(ctx context.Context) (db.AuditReport, error)
+	CommitStats() (commits, ops uint64)
 }
 
 var _ Store = (*db.Store)(nil)
@@ -39,14 +42,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Index serves "/" (the status page). Optional.
 	Index http.Handler
+	// Principals enables bearer-token authentication and roles. Nil: every
+	// request is principal "local" with every role (loopback use).
+	Principals *Principals
 }
 
 // Server is the HTTP API.
 type Server struct {
-	store Store
-	cfg   Config
-	log   *slog.Logger
-	echo  *echo.Echo
+	store    Store
+	cfg      Config
+	log      *slog.Logger
+	echo     *echo.Echo
+	refusals refusalCounter
 }
 
 // New returns the API server for store.
@@ -61,7 +68,11 @@ func New(store Store, cfg Config) *Server {
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.limitBody, s.localPrincipal)
+	if cfg.Principals != nil {
+		e.Use(s.limitBody, s.authenticate)
+	} else {
+		e.Use(s.limitBody, s.localPrincipal)
+	}
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -76,6 +87,9 @@ func New(store Store, cfg Config) *Server {
 	v1.POST("/jobs/:id/fail", s.fail)
 	v1.POST("/claim", s.claim)
 	v1.GET("/queues", s.queues)
+	v1.GET("/stats", s.stats)
+	v1.GET("/audit", s.listAudit)
+	v1.GET("/audit/verify", s.verifyAudit)
 	if cfg.Index != nil {
 		e.GET("/", echo.WrapHandler(cfg.Index))
 	}
