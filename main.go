@@ -66,7 +66,8 @@ A flag on the command line wins over the environment.
 // that ends on SIGINT/SIGTERM.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	// "-h" and "--help" first are the general help, not serve's flags.
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -135,6 +136,8 @@ type serveConfig struct {
 	writeTimeout   time.Duration
 	idleTimeout    time.Duration
 	maxHeaderBytes int
+	retention      time.Duration
+	sweepEvery     time.Duration
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -157,6 +160,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 90*time.Second, "time allowed to write a response (above the longest long-poll wait)")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
+	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
+	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -217,6 +222,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
 		"require_fencing", cfg.requireFencing, "auth", principals != nil)
 
+	if cfg.retention > 0 && cfg.sweepEvery > 0 {
+		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)
+	}
+
 	served := make(chan error, 1)
 	go func() {
 		if cfg.tlsCert != "" {
@@ -255,4 +264,25 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// sweepLoop deletes finished jobs past their retention, in small
+// transactions (db.DefaultSweepBatch jobs each) that share commits with
+// the traffic and never hold the writer long.
+func sweepLoop(ctx context.Context, store *db.Store, retention, every time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := store.Sweep(ctx, retention)
+		if err != nil && ctx.Err() == nil {
+			logger.Warn("retention sweep failed", "err", err)
+		} else if n > 0 {
+			logger.Info("retention sweep", "deleted", n, "retention", retention)
+		}
+	}
 }

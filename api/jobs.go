@@ -217,6 +217,9 @@ func (s *Server) claim(c echo.Context) error {
 	if req.Lease, err = msDuration("lease_ms", b.LeaseMs); err != nil {
 		return err
 	}
+	if req.Wait, err = msDuration("wait_ms", b.WaitMs); err != nil {
+		return err
+	}
 	if b.Max != nil {
 		if *b.Max < 1 {
 			return invalidArgument("max must be at least 1, got %d", *b.Max)
@@ -270,6 +273,15 @@ func (s *Server) heartbeat(c echo.Context) error {
 	return c.JSON(http.StatusOK, toJobResponse(job))
 }
 
+// claimNextBody asks a completion to claim the next job in the same
+// transaction.
+type claimNextBody struct {
+	Worker  string   `json:"worker"`
+	Queues  []string `json:"queues"`
+	LeaseMs int64    `json:"lease_ms"`
+	Max     int      `json:"max"`
+}
+
 func (s *Server) complete(c echo.Context) error {
 	raw, err := readBody(c)
 	if err != nil {
@@ -280,6 +292,7 @@ func (s *Server) complete(c echo.Context) error {
 		FencingToken uint64          `json:"fencing_token"`
 		Result       json.RawMessage `json:"result"`
 		Attestation  json.RawMessage `json:"attestation"`
+		ClaimNext    *claimNextBody  `json:"claim_next"`
 	}
 	if err := decodeJSON(raw, &b, false); err != nil {
 		return err
@@ -288,11 +301,41 @@ func (s *Server) complete(c echo.Context) error {
 	if req.Fenced, err = fenced(c, b.Worker, b.FencingToken); err != nil {
 		return err
 	}
-	job, err := s.store.CompleteJob(c.Request().Context(), req)
+	if b.ClaimNext == nil {
+		job, err := s.store.CompleteJob(c.Request().Context(), req)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toJobResponse(job))
+	}
+	next := db.ClaimRequest{Worker: b.ClaimNext.Worker, Queues: b.ClaimNext.Queues, Max: b.ClaimNext.Max}
+	if next.Lease, err = msDuration("claim_next.lease_ms", b.ClaimNext.LeaseMs); err != nil {
+		return err
+	}
+	if next.Max < 0 {
+		return invalidArgument("claim_next.max must be at least 1, got %d", next.Max)
+	}
+	job, jobs, err := s.store.CompleteAndClaimJob(c.Request().Context(), req, next)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toJobResponse(job))
+	// The completed job, plus "next" (the claimed Job, or null when nothing
+	// was claimable) or, when claim_next.max was given, "next_jobs".
+	if b.ClaimNext.Max > 0 {
+		return c.JSON(http.StatusOK, struct {
+			jobResponse
+			NextJobs []jobResponse `json:"next_jobs"`
+		}{toJobResponse(job), toJobsResponse(jobs).Jobs})
+	}
+	var nextJob *jobResponse
+	if len(jobs) > 0 {
+		r := toJobResponse(jobs[0])
+		nextJob = &r
+	}
+	return c.JSON(http.StatusOK, struct {
+		jobResponse
+		Next *jobResponse `json:"next"`
+	}{toJobResponse(job), nextJob})
 }
 
 func (s *Server) fail(c echo.Context) error {

@@ -20,6 +20,7 @@ type Store interface {
 	ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error)
 	HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error)
 	CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error)
+	CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error)
 	FailJob(ctx context.Context, req db.FailRequest) (db.Job, error)
 	CancelJob(ctx context.Context, req db.JobRequest) (db.Job, error)
 	RetryJob(ctx context.Context, req db.JobRequest) (db.Job, error)

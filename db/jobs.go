@@ -170,7 +170,7 @@ func (s *Store) enqueue(tx *bolt.Tx, now time.Time, req EnqueueRequest) (Enqueue
 			return EnqueueResult{}, err
 		}
 	}
-	if err := putJob(tx, nil, rec); err != nil {
+	if err := s.putJob(tx, nil, rec); err != nil {
 		return EnqueueResult{}, err
 	}
 	if err := appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "enqueue", Job: id,
@@ -187,37 +187,52 @@ type ClaimRequest struct {
 	Queues    []string      // default ["default"]
 	Lease     time.Duration // 0: the store's DefaultLease
 	Max       int           // 0: 1
+	Wait      time.Duration // long-poll up to this long (at most MaxWait) when nothing is claimable
 }
 
 // ClaimJobs takes up to req.Max of the best eligible jobs in one
 // transaction: available jobs, scheduled jobs whose run_at is due, and
 // claimed jobs whose lease has expired (those whose attempts are exhausted
 // go dead with "lease expired" instead). Each claimed job's Attempts is its
-// fencing token. No eligible job: an empty slice and no error.
+// fencing token. No eligible job: an empty slice and no error, at once or,
+// with Wait, when a job arrived for somebody else or the wait ended. A
+// claim that finds nothing costs a read transaction, not a commit.
 func (s *Store) ClaimJobs(ctx context.Context, req ClaimRequest) ([]Job, error) {
 	if err := s.normalizeClaim(&req); err != nil {
 		return nil, err
 	}
+	if req.Wait > 0 {
+		return s.claimWaiting(ctx, req)
+	}
+	return s.claimNow(ctx, req)
+}
+
+func (s *Store) claimNow(ctx context.Context, req ClaimRequest) ([]Job, error) {
+	if ok, err := s.claimable(req.Queues); err != nil || !ok {
+		return nil, err
+	}
 	var jobs []Job
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		now := s.opts.Now()
 		jobs = nil
-		if err := promoteDue(tx, now, 1000); err != nil {
-			return err
-		}
-		for len(jobs) < req.Max {
-			rec, err := s.claimOne(tx, now, req)
-			if err != nil {
-				return err
-			}
-			if rec == nil {
-				break
-			}
-			jobs = append(jobs, rec.job())
-		}
-		return nil
+		return s.claimInTx(tx, s.opts.Now(), req, &jobs)
 	})
 	return jobs, err
+}
+
+// claimInTx promotes due scheduled jobs and claims up to req.Max jobs,
+// appending them to jobs.
+func (s *Store) claimInTx(tx *bolt.Tx, now time.Time, req ClaimRequest, jobs *[]Job) error {
+	if err := s.promoteDue(tx, now, 1000); err != nil {
+		return err
+	}
+	for len(*jobs) < req.Max {
+		rec, err := s.claimOne(tx, now, req)
+		if err != nil || rec == nil {
+			return err
+		}
+		*jobs = append(*jobs, rec.job())
+	}
+	return nil
 }
 
 func (s *Store) normalizeClaim(req *ClaimRequest) error {
@@ -253,6 +268,9 @@ func (s *Store) normalizeClaim(req *ClaimRequest) error {
 	if req.Max < 0 || req.Max > MaxClaimBatch {
 		return fmt.Errorf("%w: max must be between 1 and %d", ErrInvalidArgument, MaxClaimBatch)
 	}
+	if req.Wait < 0 || req.Wait > MaxWait {
+		return fmt.Errorf("%w: wait must be between 0 and %v", ErrInvalidArgument, MaxWait)
+	}
 	return nil
 }
 
@@ -268,7 +286,7 @@ func (s *Store) leaseDuration(d time.Duration) (time.Duration, error) {
 
 // promoteDue moves up to limit scheduled jobs whose run_at has come into the
 // ready index, oldest first.
-func promoteDue(tx *bolt.Tx, now time.Time, limit int) error {
+func (s *Store) promoteDue(tx *bolt.Tx, now time.Time, limit int) error {
 	var due []uint64
 	c := tx.Bucket(bucketScheduled).Cursor()
 	for k, _ := c.First(); k != nil && len(due) < limit; k, _ = c.Next() {
@@ -284,7 +302,7 @@ func promoteDue(tx *bolt.Tx, now time.Time, limit int) error {
 		}
 		rec := old.clone()
 		rec.State = StateAvailable
-		if err := putJob(tx, old, rec); err != nil {
+		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 	}
@@ -295,7 +313,7 @@ func promoteDue(tx *bolt.Tx, now time.Time, limit int) error {
 func (s *Store) claimOne(tx *bolt.Tx, now time.Time, req ClaimRequest) (*jobRecord, error) {
 	var best *jobRecord
 	for _, q := range req.Queues {
-		for _, find := range []func(*bolt.Tx, time.Time, string) (*jobRecord, error){readyHead, expiredHead} {
+		for _, find := range []func(*bolt.Tx, time.Time, string) (*jobRecord, error){readyHead, s.expiredHead} {
 			rec, err := find(tx, now, q)
 			if err != nil {
 				return nil, err
@@ -317,7 +335,7 @@ func (s *Store) claimOne(tx *bolt.Tx, now time.Time, req ClaimRequest) (*jobReco
 	rec.ClaimedBy = lease.Holder(req.Principal, req.Worker)
 	rec.LeaseExpiresAt = lease.ExpiresAt(now, req.Lease).UnixNano()
 	rec.UpdatedAt = now.UnixNano()
-	if err := putJob(tx, best, rec); err != nil {
+	if err := s.putJob(tx, best, rec); err != nil {
 		return nil, err
 	}
 	details := map[string]string{"holder": rec.ClaimedBy}
@@ -354,7 +372,7 @@ func readyHead(tx *bolt.Tx, _ time.Time, queue string) (*jobRecord, error) {
 
 // expiredHead returns the claimed job of queue whose lease expired first, if
 // any expired. Expired jobs with no attempts left go dead on the way.
-func expiredHead(tx *bolt.Tx, now time.Time, queue string) (*jobRecord, error) {
+func (s *Store) expiredHead(tx *bolt.Tx, now time.Time, queue string) (*jobRecord, error) {
 	prefix := queuePrefix(queue)
 	for {
 		k, _ := tx.Bucket(bucketClaimed).Cursor().Seek(prefix)
@@ -368,19 +386,19 @@ func expiredHead(tx *bolt.Tx, now time.Time, queue string) (*jobRecord, error) {
 		if rec.Attempts < rec.MaxAttempts {
 			return rec, nil
 		}
-		if err := killExpired(tx, now, rec); err != nil {
+		if err := s.killExpired(tx, now, rec); err != nil {
 			return nil, err
 		}
 	}
 }
 
-func killExpired(tx *bolt.Tx, now time.Time, old *jobRecord) error {
+func (s *Store) killExpired(tx *bolt.Tx, now time.Time, old *jobRecord) error {
 	rec := old.clone()
 	rec.State = StateDead
 	rec.addError(now, "lease expired")
 	rec.ClaimedBy, rec.LeaseExpiresAt = "", 0
 	rec.UpdatedAt = now.UnixNano()
-	if err := putJob(tx, old, rec); err != nil {
+	if err := s.putJob(tx, old, rec); err != nil {
 		return err
 	}
 	return appendAudit(tx, now, auditEntry{Principal: "system", Action: "dead", Job: rec.ID, Token: rec.Attempts,
@@ -472,7 +490,7 @@ func (s *Store) HeartbeatJob(ctx context.Context, req HeartbeatRequest) (Job, er
 		rec := old.clone()
 		rec.LeaseExpiresAt = lease.ExpiresAt(now, d).UnixNano()
 		rec.UpdatedAt = now.UnixNano()
-		if err := putJob(tx, old, rec); err != nil {
+		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
@@ -493,43 +511,93 @@ type CompleteRequest struct {
 // attestation. The fencing check comes first: a caller that does not hold
 // the current claim gets ErrClaimMismatch and leaves nothing behind.
 func (s *Store) CompleteJob(ctx context.Context, req CompleteRequest) (Job, error) {
-	if err := s.validateFenced(req.Fenced); err != nil {
+	if err := s.validateComplete(req); err != nil {
 		return Job{}, err
-	}
-	if len(req.Result) > s.opts.MaxPayloadBytes {
-		return Job{}, fmt.Errorf("%w: result is %d bytes, the limit is %d", ErrTooLarge, len(req.Result), s.opts.MaxPayloadBytes)
-	}
-	if len(req.Attestation) > s.opts.MaxAttestationBytes {
-		return Job{}, fmt.Errorf("%w: attestation is %d bytes, the limit is %d", ErrTooLarge, len(req.Attestation), s.opts.MaxAttestationBytes)
-	}
-	for name, v := range map[string]json.RawMessage{"result": req.Result, "attestation": req.Attestation} {
-		if len(v) > 0 && !json.Valid(v) {
-			return Job{}, fmt.Errorf("%w: %s is not valid JSON", ErrInvalidArgument, name)
-		}
 	}
 	var job Job
 	err := s.update(ctx, func(tx *bolt.Tx) error {
+		rec, err := s.complete(tx, s.opts.Now(), req)
+		if err == nil {
+			job = rec.job()
+		}
+		return err
+	})
+	return job, err
+}
+
+// CompleteAndClaimJob completes the caller's claim and, in the same
+// transaction, claims up to next.Max jobs for next.Worker (the same
+// principal). It saves a commit and a round trip per job. A refused
+// completion claims nothing; an empty next claim is not an error.
+func (s *Store) CompleteAndClaimJob(ctx context.Context, req CompleteRequest, next ClaimRequest) (Job, []Job, error) {
+	if err := s.validateComplete(req); err != nil {
+		return Job{}, nil, err
+	}
+	next.Principal = req.Principal
+	if next.Worker == "" {
+		next.Worker = req.Worker
+	}
+	if next.Wait != 0 {
+		return Job{}, nil, fmt.Errorf("%w: claim_next cannot wait", ErrInvalidArgument)
+	}
+	if err := s.normalizeClaim(&next); err != nil {
+		return Job{}, nil, err
+	}
+	var (
+		job  Job
+		jobs []Job
+	)
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		now := s.opts.Now()
-		old, err := fencedJob(tx, req.Fenced, ErrClaimMismatch)
+		rec, err := s.complete(tx, now, req)
 		if err != nil {
 			return err
 		}
-		rec := old.clone()
-		rec.State = StateCompleted
-		rec.ClaimedBy, rec.LeaseExpiresAt = "", 0
-		rec.CompletedAt, rec.UpdatedAt = now.UnixNano(), now.UnixNano()
-		rec.Result, rec.Attestation = req.Result, req.Attestation
-		if err := putJob(tx, old, rec); err != nil {
-			return err
-		}
-		job = rec.job()
-		details := map[string]string{"holder": old.ClaimedBy}
-		if len(rec.Attestation) > 0 {
-			details["attestation_sha256"] = sha256Hex(rec.Attestation)
-		}
-		return appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "complete", Job: rec.ID, Token: rec.Attempts, Details: details})
+		job, jobs = rec.job(), nil
+		return s.claimInTx(tx, now, next, &jobs)
 	})
-	return job, err
+	return job, jobs, err
+}
+
+func (s *Store) validateComplete(req CompleteRequest) error {
+	if err := s.validateFenced(req.Fenced); err != nil {
+		return err
+	}
+	if len(req.Result) > s.opts.MaxPayloadBytes {
+		return fmt.Errorf("%w: result is %d bytes, the limit is %d", ErrTooLarge, len(req.Result), s.opts.MaxPayloadBytes)
+	}
+	if len(req.Attestation) > s.opts.MaxAttestationBytes {
+		return fmt.Errorf("%w: attestation is %d bytes, the limit is %d", ErrTooLarge, len(req.Attestation), s.opts.MaxAttestationBytes)
+	}
+	if len(req.Result) > 0 && !json.Valid(req.Result) {
+		return fmt.Errorf("%w: result is not valid JSON", ErrInvalidArgument)
+	}
+	if len(req.Attestation) > 0 && !json.Valid(req.Attestation) {
+		return fmt.Errorf("%w: attestation is not valid JSON", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// complete applies a completion in tx. The fencing check comes before
+// anything is written, the attestation included.
+func (s *Store) complete(tx *bolt.Tx, now time.Time, req CompleteRequest) (*jobRecord, error) {
+	old, err := fencedJob(tx, req.Fenced, ErrClaimMismatch)
+	if err != nil {
+		return nil, err
+	}
+	rec := old.clone()
+	rec.State = StateCompleted
+	rec.ClaimedBy, rec.LeaseExpiresAt = "", 0
+	rec.CompletedAt, rec.UpdatedAt = now.UnixNano(), now.UnixNano()
+	rec.Result, rec.Attestation = req.Result, req.Attestation
+	if err := s.putJob(tx, old, rec); err != nil {
+		return nil, err
+	}
+	details := map[string]string{"holder": old.ClaimedBy}
+	if len(rec.Attestation) > 0 {
+		details["attestation_sha256"] = sha256Hex(rec.Attestation)
+	}
+	return rec, appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "complete", Job: rec.ID, Token: rec.Attempts, Details: details})
 }
 
 // FailRequest reports a failed attempt.
@@ -577,7 +645,7 @@ func (s *Store) FailJob(ctx context.Context, req FailRequest) (Job, error) {
 				rec.State = StateAvailable
 			}
 		}
-		if err := putJob(tx, old, rec); err != nil {
+		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
@@ -611,7 +679,7 @@ func (s *Store) CancelJob(ctx context.Context, req JobRequest) (Job, error) {
 		rec.State = StateCancelled
 		rec.ClaimedBy, rec.LeaseExpiresAt = "", 0
 		rec.UpdatedAt = now.UnixNano()
-		if err := putJob(tx, old, rec); err != nil {
+		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
@@ -640,7 +708,7 @@ func (s *Store) RetryJob(ctx context.Context, req JobRequest) (Job, error) {
 		rec.RunAt, rec.UpdatedAt = now.UnixNano(), now.UnixNano()
 		budget := max(rec.Budget, 1)
 		rec.MaxAttempts = max(rec.MaxAttempts, min(rec.Attempts+budget, lease.MaxToken))
-		if err := putJob(tx, old, rec); err != nil {
+		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
@@ -768,21 +836,28 @@ func indexEntry(r *jobRecord) (bucket, key []byte) {
 		return bucketScheduled, scheduledKey(r)
 	case StateClaimed:
 		return bucketClaimed, claimedKey(r)
+	case StateCompleted, StateCancelled:
+		return bucketFinished, finishedKey(r)
 	}
 	return nil, nil
 }
 
 // putJob writes rec and moves its index entry and state count from what old
-// had (nil for a new job). It is the only place that writes job records.
-func putJob(tx *bolt.Tx, old, rec *jobRecord) error {
+// had (nil for a new job). It is the only place that writes job records, so
+// it is also where long-polling claims learn, after the commit, that a job
+// became claimable now (available) or will at a time (run_at, lease expiry).
+func (s *Store) putJob(tx *bolt.Tx, old, rec *jobRecord) error {
+	sameCount := old != nil && old.Queue == rec.Queue && old.State == rec.State
 	if old != nil {
 		if b, k := indexEntry(old); b != nil {
 			if err := tx.Bucket(b).Delete(k); err != nil {
 				return err
 			}
 		}
-		if err := addCount(tx, old.Queue, old.State, -1); err != nil {
-			return err
+		if !sameCount {
+			if err := addCount(tx, old.Queue, old.State, -1); err != nil {
+				return err
+			}
 		}
 	}
 	if b, k := indexEntry(rec); b != nil {
@@ -790,14 +865,49 @@ func putJob(tx *bolt.Tx, old, rec *jobRecord) error {
 			return err
 		}
 	}
-	if err := addCount(tx, rec.Queue, rec.State, 1); err != nil {
-		return err
+	if !sameCount {
+		if err := addCount(tx, rec.Queue, rec.State, 1); err != nil {
+			return err
+		}
 	}
 	v, err := encodeRecord(rec)
 	if err != nil {
 		return err
 	}
-	return tx.Bucket(bucketJobs).Put(u64(rec.ID), v)
+	if err := tx.Bucket(bucketJobs).Put(u64(rec.ID), v); err != nil {
+		return err
+	}
+	switch {
+	case rec.State == StateAvailable && (old == nil || old.State != StateAvailable):
+		s.signalAvailable(tx, rec.Queue, 1)
+	case rec.State == StateScheduled:
+		s.signalLater(tx, time.Unix(0, rec.RunAt))
+	case rec.State == StateClaimed:
+		s.signalLater(tx, time.Unix(0, rec.LeaseExpiresAt))
+	}
+	return nil
+}
+
+// deleteJob removes a job, its index entries, its count and its
+// idempotency key.
+func deleteJob(tx *bolt.Tx, rec *jobRecord) error {
+	if b, k := indexEntry(rec); b != nil {
+		if err := tx.Bucket(b).Delete(k); err != nil {
+			return err
+		}
+	}
+	if err := addCount(tx, rec.Queue, rec.State, -1); err != nil {
+		return err
+	}
+	if rec.IdempotencyKey != "" {
+		k := append(queuePrefix(rec.Queue), rec.IdempotencyKey...)
+		if v := tx.Bucket(bucketIdempotency).Get(k); v != nil && idFromKey(v) == rec.ID {
+			if err := tx.Bucket(bucketIdempotency).Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketJobs).Delete(u64(rec.ID))
 }
 
 func addCount(tx *bolt.Tx, queue string, state State, delta int64) error {
@@ -837,7 +947,7 @@ func checkIndexes(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketClaimed} {
+	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketClaimed, bucketFinished} {
 		err := tx.Bucket(b).ForEach(func(k, _ []byte) error {
 			name := string(b) + "/" + string(k)
 			if !want[name] {

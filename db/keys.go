@@ -42,6 +42,12 @@ func claimedKey(r *jobRecord) []byte {
 	return binary.BigEndian.AppendUint64(k, r.ID)
 }
 
+func finishedKey(r *jobRecord) []byte {
+	k := make([]byte, 0, 16)
+	k = binary.BigEndian.AppendUint64(k, sortableTime(r.UpdatedAt))
+	return binary.BigEndian.AppendUint64(k, r.ID)
+}
+
 func countKey(queue string, state State) []byte {
 	return append(queuePrefix(queue), state...)
 }

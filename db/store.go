@@ -93,6 +93,8 @@ type Store struct {
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
+
+	waiters waiters
 }
 
 // Open opens (creating if needed) the store at path. It returns ErrLocked
@@ -163,6 +165,7 @@ func (s *Store) Path() string { return s.path }
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	<-s.committed
+	s.waiters.stopTimer()
 	return s.bolt.Close()
 }
 
