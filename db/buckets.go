@@ -11,6 +11,9 @@ var (
 	bucketScheduled = []byte("idx_scheduled")
 	// bucketClaimed: queue 0x00 leaseExpiresAt id → nil; claimed jobs by lease expiry.
 	bucketClaimed = []byte("idx_claimed")
+	// bucketFinished: finishedAt id → nil; completed and cancelled jobs in
+	// the order the retention sweeper deletes them.
+	bucketFinished = []byte("idx_finished")
 	// bucketIdempotency: queue 0x00 key → id.
 	bucketIdempotency = []byte("idx_idempotency")
 	// bucketCounts: queue 0x00 state → uint64 count, kept for Stats.
@@ -19,10 +22,13 @@ var (
 	bucketAudit = []byte("audit")
 	// bucketMeta: small named values (schema version, audit head).
 	bucketMeta = []byte("meta")
+	// bucketLeases: lease name (its UTF-8 bytes) → msgpack leaseRecord.
+	// Records are never deleted: they keep the last token of the name.
+	bucketLeases = []byte("leases")
 )
 
-var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed,
-	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta}
+var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
+	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases}
 
 var (
 	metaSchemaVersion = []byte("schema_version")
