@@ -55,6 +55,7 @@ Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq audit verify --db FILE               verify the audit chain of a file offline
+  fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq help                                 show this help
 
 Run "fenceq serve --help" for the server's flags. Every flag can also be set
@@ -77,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return tokenCommand(args, stdout, stderr)
 	case "audit":
 		return auditCommand(ctx, args, stdout, stderr)
+	case "bench":
+		return benchCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -205,7 +208,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals})
+		Principals: principals, MaxWait: cfg.writeTimeout * 4 / 5})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,

@@ -220,6 +220,9 @@ func (s *Server) claim(c echo.Context) error {
 	if req.Wait, err = msDuration("wait_ms", b.WaitMs); err != nil {
 		return err
 	}
+	// A wait beyond the server's limit is shortened, not refused: the
+	// client gets a 204 and claims again, as with any empty long-poll.
+	req.Wait = min(req.Wait, s.cfg.MaxWait)
 	if b.Max != nil {
 		if *b.Max < 1 {
 			return invalidArgument("max must be at least 1, got %d", *b.Max)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/labstack/echo/v4"
@@ -31,6 +32,15 @@ type Store interface {
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
 	CommitStats() (commits, ops uint64)
+
+	// Named leases and token checks (leases.go).
+	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)
+	RenewLease(ctx context.Context, req db.RenewLeaseRequest) (db.Lease, error)
+	ReleaseLease(ctx context.Context, req db.ReleaseLeaseRequest) (db.Lease, error)
+	CheckLease(ctx context.Context, name string, token uint64) (db.Lease, error)
+	GetLease(ctx context.Context, name string) (db.Lease, error)
+	ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.LeasePage, error)
+	CheckJob(ctx context.Context, id, token uint64) (db.Job, error)
 }
 
 var _ Store = (*db.Store)(nil)
@@ -43,6 +53,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Index serves "/" (the status page). Optional.
 	Index http.Handler
+	// MaxWait caps a claim's wait_ms so that a long-poll answers before the
+	// server's write timeout cuts it. Default db.MaxWait.
+	MaxWait time.Duration
 	// Principals enables bearer-token authentication and roles. Nil: every
 	// request is principal "local" with every role (loopback use).
 	Principals *Principals
@@ -61,6 +74,9 @@ type Server struct {
 func New(store Store, cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 4 << 20
+	}
+	if cfg.MaxWait <= 0 || cfg.MaxWait > db.MaxWait {
+		cfg.MaxWait = db.MaxWait
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -91,6 +107,15 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/stats", s.stats)
 	v1.GET("/audit", s.listAudit)
 	v1.GET("/audit/verify", s.verifyAudit)
+
+	// Named leases and token checks (leases.go). Lease names may contain
+	// slashes: the wildcard routes hand the whole rest of the path to the
+	// handlers, which split the action off the end.
+	v1.POST("/jobs/:id/check", s.checkJob)
+	v1.GET("/leases", s.listLeases)
+	v1.GET("/leases/*", s.getLease)
+	v1.POST("/leases/*", s.leaseAction)
+
 	if cfg.Index != nil {
 		e.GET("/", echo.WrapHandler(cfg.Index))
 	}
