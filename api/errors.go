@@ -37,6 +37,11 @@ var codes = []struct {
 	{db.ErrClaimMismatch, http.StatusConflict, "failed_precondition"},
 	{db.ErrWrongState, http.StatusConflict, "failed_precondition"},
 	{db.ErrClosed, http.StatusServiceUnavailable, "unavailable"},
+	{db.ErrLeaseHeld, http.StatusConflict, "failed_precondition"},
+	{db.ErrLeaseNotHeld, http.StatusConflict, "failed_precondition"},
+	{db.ErrLeaseExhausted, http.StatusConflict, "failed_precondition"},
+	{db.ErrNotCurrent, http.StatusConflict, "failed_precondition"},
+	{db.ErrLeaseNotFound, http.StatusNotFound, "not_found"},
 }
 
 // toAPIError classifies err. Unknown errors are internal: logged in full,

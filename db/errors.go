@@ -29,6 +29,24 @@ var (
 	ErrClosed = errors.New("db: store is closed")
 	// ErrCorrupt: a stored record could not be decoded.
 	ErrCorrupt = errors.New("db: corrupt record")
+
+	// Named leases and token checks.
+
+	// ErrLeaseHeld refuses an acquire while the lease is held and unexpired,
+	// also for the same holder name; the message names the holder and expiry.
+	ErrLeaseHeld = errors.New("db: lease is held")
+	// ErrLeaseNotHeld refuses a renew or release from a caller that does not
+	// hold the lease's current token: another holder, a stale token, a
+	// released lease, or (renew only) an expired one. Nothing changed.
+	ErrLeaseNotHeld = errors.New("db: lease is not held by this holder with this fencing token")
+	// ErrLeaseNotFound: no lease of this name was ever acquired.
+	ErrLeaseNotFound = errors.New("db: lease not found")
+	// ErrLeaseExhausted refuses an acquire of a name that has issued every
+	// fencing token up to 4294967295.
+	ErrLeaseExhausted = errors.New("db: lease has issued every fencing token")
+	// ErrNotCurrent answers a check (CheckJob, CheckLease) whose token is not
+	// the current claim or lease: stale, released, expired or never issued.
+	ErrNotCurrent = errors.New("db: fencing token is not current")
 )
 
 // isRefusal reports whether err is a business refusal: an error a request
@@ -37,5 +55,8 @@ var (
 func isRefusal(err error) bool {
 	return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge) ||
 		errors.Is(err, ErrJobNotFound) || errors.Is(err, ErrClaimNotFound) ||
-		errors.Is(err, ErrClaimMismatch) || errors.Is(err, ErrWrongState)
+		errors.Is(err, ErrClaimMismatch) || errors.Is(err, ErrWrongState) ||
+		errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseNotHeld) ||
+		errors.Is(err, ErrLeaseNotFound) || errors.Is(err, ErrLeaseExhausted) ||
+		errors.Is(err, ErrNotCurrent)
 }
