@@ -72,9 +72,10 @@ func toAPIError(err error) (*Error, bool) {
 	}
 	for _, c := range codes {
 		if errors.Is(err, c.err) {
-			msg := strings.TrimPrefix(err.Error(), "db: ")
+			// The sentinel's own text may follow a prefix ("jobs[1]: db: …").
+			msg := strings.Replace(err.Error(), "db: ", "", 1)
 			if c.err == db.ErrInvalidArgument {
-				msg = strings.TrimPrefix(msg, "invalid argument: ")
+				msg = strings.Replace(msg, "invalid argument: ", "", 1)
 			}
 			return &Error{c.status, c.code, msg}, true
 		}
