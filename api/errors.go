@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,6 +51,11 @@ func toAPIError(err error) (*Error, bool) {
 	var apiErr *Error
 	if errors.As(err, &apiErr) {
 		return apiErr, true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The client went away (a long-poll it stopped waiting for); the
+		// reply is for nobody, and it is not a server fault.
+		return &Error{499, "cancelled", "the request was cancelled by the client"}, true
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {

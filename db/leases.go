@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/fenceq/fenceq/lease"
 	"github.com/vmihailenco/msgpack/v5"
@@ -582,18 +580,5 @@ func (w *nameWaiters) wake(name string) {
 	}
 }
 
-// waitersByStore holds each open Store's nameWaiters, keyed weakly so that
-// the entry goes away with its Store.
-var waitersByStore sync.Map // weak.Pointer[Store] → *nameWaiters
-
-func (s *Store) leaseWaiters() *nameWaiters {
-	key := weak.Make(s)
-	if w, ok := waitersByStore.Load(key); ok {
-		return w.(*nameWaiters)
-	}
-	w, loaded := waitersByStore.LoadOrStore(key, &nameWaiters{m: map[string]*leaseWait{}})
-	if !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { waitersByStore.Delete(k) }, key)
-	}
-	return w.(*nameWaiters)
-}
+// leaseWaiters returns the store's waiting acquires.
+func (s *Store) leaseWaiters() *nameWaiters { return &s.nameWaiters }

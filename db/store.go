@@ -94,7 +94,8 @@ type Store struct {
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
 
-	waiters waiters
+	waiters     waiters     // long-polling claims
+	nameWaiters nameWaiters // acquires waiting for a named lease
 }
 
 // Open opens (creating if needed) the store at path. It returns ErrLocked
@@ -122,7 +123,8 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{})}
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
+		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error {
 			if tx.Bucket(bucketJobs) == nil {
