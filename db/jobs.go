@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/fenceq/fenceq/lease"
@@ -31,6 +32,12 @@ const (
 )
 
 var queueNameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// invalidName turns a lease.ErrInvalidName into an ErrInvalidArgument whose
+// message names the field ("worker is required"), not the package.
+func invalidName(err error) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, strings.TrimPrefix(err.Error(), lease.ErrInvalidName.Error()+": "))
+}
 
 // ValidateQueue checks a queue name: [A-Za-z0-9_.:-]{1,128}.
 func ValidateQueue(q string) error {
@@ -122,7 +129,7 @@ func (s *Store) normalizeEnqueue(req *EnqueueRequest) error {
 		return fmt.Errorf("%w: max_attempts %d is above %d", ErrInvalidArgument, req.MaxAttempts, MaxMaxAttempts)
 	}
 	if req.Delay < 0 || req.Delay > MaxDelay {
-		return fmt.Errorf("%w: delay must be between 0 and %v", ErrInvalidArgument, MaxDelay)
+		return fmt.Errorf("%w: delay_ms must be between 0 and %d (%v)", ErrInvalidArgument, MaxDelay.Milliseconds(), MaxDelay)
 	}
 	if !req.RunAt.IsZero() && req.Delay != 0 {
 		return fmt.Errorf("%w: give run_at or delay, not both", ErrInvalidArgument)
@@ -237,7 +244,7 @@ func (s *Store) claimInTx(tx *bolt.Tx, now time.Time, req ClaimRequest, jobs *[]
 
 func (s *Store) normalizeClaim(req *ClaimRequest) error {
 	if err := lease.ValidateWorker(req.Worker); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return invalidName(err)
 	}
 	if len(req.Queues) == 0 {
 		req.Queues = []string{DefaultQueue}
@@ -269,7 +276,7 @@ func (s *Store) normalizeClaim(req *ClaimRequest) error {
 		return fmt.Errorf("%w: max must be between 1 and %d", ErrInvalidArgument, MaxClaimBatch)
 	}
 	if req.Wait < 0 || req.Wait > MaxWait {
-		return fmt.Errorf("%w: wait must be between 0 and %v", ErrInvalidArgument, MaxWait)
+		return fmt.Errorf("%w: wait_ms must be between 0 and %d", ErrInvalidArgument, MaxWait.Milliseconds())
 	}
 	return nil
 }
@@ -279,7 +286,7 @@ func (s *Store) leaseDuration(d time.Duration) (time.Duration, error) {
 		return s.opts.DefaultLease, nil
 	}
 	if d < 0 || d > s.opts.MaxLease {
-		return 0, fmt.Errorf("%w: lease must be between 1ms and %v", ErrInvalidArgument, s.opts.MaxLease)
+		return 0, fmt.Errorf("%w: lease_ms must be between 1 and %d (%v), or absent for the default", ErrInvalidArgument, s.opts.MaxLease.Milliseconds(), s.opts.MaxLease)
 	}
 	return d, nil
 }
@@ -434,7 +441,7 @@ func (s *Store) validateFenced(f Fenced) error {
 		return fmt.Errorf("%w: fencing_token is required by this server", ErrInvalidArgument)
 	}
 	if err := lease.ValidateWorker(f.Worker); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return invalidName(err)
 	}
 	return nil
 }
@@ -617,7 +624,7 @@ func (s *Store) FailJob(ctx context.Context, req FailRequest) (Job, error) {
 		return Job{}, err
 	}
 	if req.RetryDelay != nil && (*req.RetryDelay < 0 || *req.RetryDelay > MaxDelay) {
-		return Job{}, fmt.Errorf("%w: retry_delay must be between 0 and %v", ErrInvalidArgument, MaxDelay)
+		return Job{}, fmt.Errorf("%w: retry_delay_ms must be between 0 and %d (%v)", ErrInvalidArgument, MaxDelay.Milliseconds(), MaxDelay)
 	}
 	var job Job
 	err := s.update(ctx, func(tx *bolt.Tx) error {
