@@ -148,9 +148,9 @@ func (s *Store) enqueue(tx *bolt.Tx, now time.Time, req EnqueueRequest) (Enqueue
 	if req.IdempotencyKey != "" {
 		idemKey = append(queuePrefix(req.Queue), req.IdempotencyKey...)
 		if v := tx.Bucket(bucketIdempotency).Get(idemKey); v != nil {
-			rec, err := getJob(tx, idFromKey(v))
+			rec, err := getIndexedJob(tx, idFromKey(v))
 			if err != nil {
-				return EnqueueResult{}, fmt.Errorf("db: idempotency key points at a missing job: %v", err)
+				return EnqueueResult{}, err
 			}
 			return EnqueueResult{Job: rec.job()}, nil
 		}
@@ -303,7 +303,7 @@ func (s *Store) promoteDue(tx *bolt.Tx, now time.Time, limit int) error {
 		due = append(due, idFromKey(k))
 	}
 	for _, id := range due {
-		old, err := getJob(tx, id)
+		old, err := getIndexedJob(tx, id)
 		if err != nil {
 			return err
 		}
@@ -374,7 +374,7 @@ func readyHead(tx *bolt.Tx, _ time.Time, queue string) (*jobRecord, error) {
 	if k == nil || !bytes.HasPrefix(k, prefix) {
 		return nil, nil
 	}
-	return getJob(tx, idFromKey(k))
+	return getIndexedJob(tx, idFromKey(k))
 }
 
 // expiredHead returns the claimed job of queue whose lease expired first, if
@@ -386,7 +386,7 @@ func (s *Store) expiredHead(tx *bolt.Tx, now time.Time, queue string) (*jobRecor
 		if k == nil || !bytes.HasPrefix(k, prefix) || !lease.Expired(time.Unix(0, timeFromKey(k, len(prefix))), now) {
 			return nil, nil
 		}
-		rec, err := getJob(tx, idFromKey(k))
+		rec, err := getIndexedJob(tx, idFromKey(k))
 		if err != nil {
 			return nil, err
 		}
@@ -832,6 +832,17 @@ func getJob(tx *bolt.Tx, id uint64) (*jobRecord, error) {
 		return nil, fmt.Errorf("%w: job %d", ErrJobNotFound, id)
 	}
 	return decodeJob(v)
+}
+
+// getIndexedJob loads a job that an index entry points to. A missing record
+// is corruption, not a refusal: it must abort the commit, never be answered
+// as "job not found" after other writes of the same transaction.
+func getIndexedJob(tx *bolt.Tx, id uint64) (*jobRecord, error) {
+	rec, err := getJob(tx, id)
+	if errors.Is(err, ErrJobNotFound) {
+		return nil, fmt.Errorf("%w: an index points at job %d, which has no record", ErrCorrupt, id)
+	}
+	return rec, err
 }
 
 // indexEntry returns the index bucket and key a record belongs in, if any.

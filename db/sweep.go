@@ -41,7 +41,7 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 			return nil
 		}
 		for _, id := range ids {
-			rec, err := getJob(tx, id)
+			rec, err := getIndexedJob(tx, id)
 			if err != nil {
 				return err
 			}
