@@ -85,6 +85,14 @@ func encodeRecord(v any) ([]byte, error) {
 }
 
 func decodeJob(b []byte) (*jobRecord, error) {
+	// msgpack v5.4.1 allocates a slice as long as its header claims (its
+	// allocation limit check is inverted), so a corrupt array header of a
+	// few bytes in "er" would ask for gigabytes and crash the process.
+	// Skip walks the value without allocating and fails at the end of b,
+	// so after it every claimed length is bounded by len(b).
+	if err := msgpack.NewDecoder(bytes.NewReader(b)).Skip(); err != nil {
+		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
+	}
 	var r jobRecord
 	if err := msgpack.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
