@@ -82,6 +82,7 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []EnqueueRequest) ([]Enque
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("%w: no jobs to enqueue", ErrInvalidArgument)
 	}
+	reqs = append([]EnqueueRequest(nil), reqs...) // defaults are filled in; the caller's slice stays as given
 	for i := range reqs {
 		if err := s.normalizeEnqueue(&reqs[i]); err != nil {
 			if len(reqs) > 1 {
@@ -243,6 +244,9 @@ func (s *Store) claimInTx(tx *bolt.Tx, now time.Time, req ClaimRequest, jobs *[]
 }
 
 func (s *Store) normalizeClaim(req *ClaimRequest) error {
+	if err := lease.ValidatePrincipal(req.Principal); err != nil {
+		return invalidName(err)
+	}
 	if err := lease.ValidateWorker(req.Worker); err != nil {
 		return invalidName(err)
 	}
@@ -856,6 +860,8 @@ func indexEntry(r *jobRecord) (bucket, key []byte) {
 		return bucketClaimed, claimedKey(r)
 	case StateCompleted, StateCancelled:
 		return bucketFinished, finishedKey(r)
+	case StateDead:
+		return bucketDead, deadKey(r)
 	}
 	return nil, nil
 }
@@ -956,7 +962,9 @@ func checkIndexes(tx *bolt.Tx) error {
 		if rec.ID != idFromKey(k) {
 			return fmt.Errorf("db: job key %d holds job %d", idFromKey(k), rec.ID)
 		}
-		if b, key := indexEntry(rec); b != nil {
+		// A file opened read-only that predates an index bucket has none
+		// of its entries; Open builds the bucket when it opens for writing.
+		if b, key := indexEntry(rec); b != nil && tx.Bucket(b) != nil {
 			want[string(b)+"/"+string(key)] = true
 		}
 		counts[string(countKey(rec.Queue, rec.State))]++
@@ -965,7 +973,10 @@ func checkIndexes(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketClaimed, bucketFinished} {
+	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketClaimed, bucketFinished, bucketDead} {
+		if tx.Bucket(b) == nil {
+			continue
+		}
 		err := tx.Bucket(b).ForEach(func(k, _ []byte) error {
 			name := string(b) + "/" + string(k)
 			if !want[name] {

@@ -154,7 +154,7 @@ func initBuckets(tx *bolt.Tx) error {
 		if len(v) != 8 || idFromKey(v) != schemaVersion {
 			return fmt.Errorf("%w: schema version %x, this build reads %d", ErrCorrupt, v, schemaVersion)
 		}
-		return nil
+		return buildNewIndexes(tx) // indexes added after the file was made
 	}
 	return meta.Put(metaSchemaVersion, u64(schemaVersion))
 }
@@ -181,8 +181,14 @@ func (s *Store) CommitStats() (commits, ops uint64) {
 // own invariants (every index entry matches its record, counts match).
 func (s *Store) Check() error {
 	return s.bolt.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return fmt.Errorf("db: bbolt check: %w", err)
+		var first error
+		for err := range tx.Check() { // drain: the checker stops only when read to the end
+			if first == nil {
+				first = fmt.Errorf("db: bbolt check: %w", err)
+			}
+		}
+		if first != nil {
+			return first
 		}
 		return checkIndexes(tx)
 	})
