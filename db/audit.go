@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -67,7 +69,248 @@ func appendAudit(tx *bolt.Tx, now time.Time, e auditEntry) error {
 	if err := tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
 		return err
 	}
+	if err := indexAudit(tx, &rec); err != nil {
+		return err
+	}
 	return meta.Put(metaAuditHead, append(u64(rec.Seq), h...))
+}
+
+// Keys of bucketAuditCounts besides the action names: the two ends of an
+// expired lease (a claim with reclaimed_from, and a job killed by the claim
+// path with "lease expired").
+const (
+	auditCountReclaimed   = "expiry:reclaimed"
+	auditCountExpiredDead = "expiry:dead"
+)
+
+// auditCountKeys names the counters a record adds one to.
+func auditCountKeys(r *auditRecord) []string {
+	keys := []string{r.Action}
+	switch {
+	case r.Action == "claim" && r.Details["reclaimed_from"] != "":
+		keys = append(keys, auditCountReclaimed)
+	case r.Action == "dead" && r.Principal == "system" && r.Details["error"] == "lease expired":
+		keys = append(keys, auditCountExpiredDead)
+	}
+	return keys
+}
+
+// auditSubjectPrefix is the subject part of an idx_audit_subject key,
+// 0x00 included. A job's subject is "job:" and its id as 8 bytes
+// big-endian, so the keys of recent jobs (the busy ones) sit together at
+// the end of the index rather than spread by decimal string order; other
+// subjects ("lease:<name>", "jobs") are their text, which has no 0x00.
+func auditSubjectPrefix(subject string) []byte {
+	if rest, ok := strings.CutPrefix(subject, "job:"); ok {
+		if id, err := strconv.ParseUint(rest, 10, 64); err == nil && strconv.FormatUint(id, 10) == rest {
+			return append(append([]byte("job:"), u64(id)...), 0)
+		}
+	}
+	return append([]byte(subject), 0)
+}
+
+// indexAudit adds rec to the subject index and the action counters, in the
+// transaction that appends it.
+func indexAudit(tx *bolt.Tx, rec *auditRecord) error {
+	if err := tx.Bucket(bucketAuditSubject).Put(append(auditSubjectPrefix(rec.Subject), u64(rec.Seq)...), nil); err != nil {
+		return err
+	}
+	counts := tx.Bucket(bucketAuditCounts)
+	for _, k := range auditCountKeys(rec) {
+		var n uint64
+		if v := counts.Get([]byte(k)); len(v) == 8 {
+			n = idFromKey(v)
+		}
+		if err := counts.Put([]byte(k), u64(n+1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildAuditIndexes fills idx_audit_subject and audit_counts from the log
+// when the file predates them (the buckets are empty but the log is not).
+// It runs once, in the transaction of Open that created the buckets.
+// Records that do not decode are left out: VerifyAudit reports them.
+func buildAuditIndexes(tx *bolt.Tx) error {
+	audit, subjects, counts := tx.Bucket(bucketAudit), tx.Bucket(bucketAuditSubject), tx.Bucket(bucketAuditCounts)
+	if k, _ := audit.Cursor().First(); k == nil {
+		return nil
+	}
+	needSubjects := isEmptyBucket(subjects)
+	needCounts := isEmptyBucket(counts)
+	if !needSubjects && !needCounts {
+		return nil
+	}
+	tally := map[string]uint64{}
+	err := audit.ForEach(func(k, v []byte) error {
+		var r auditRecord
+		if len(k) != 8 || msgpack.Unmarshal(v, &r) != nil {
+			return nil
+		}
+		if needSubjects {
+			if err := subjects.Put(append(auditSubjectPrefix(r.Subject), k...), nil); err != nil {
+				return err
+			}
+		}
+		for _, key := range auditCountKeys(&r) {
+			tally[key]++
+		}
+		return nil
+	})
+	if err != nil || !needCounts {
+		return err
+	}
+	for k, n := range tally {
+		if err := counts.Put([]byte(k), u64(n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isEmptyBucket(b *bolt.Bucket) bool {
+	k, _ := b.Cursor().First()
+	return k == nil
+}
+
+func (r *auditRecord) public() AuditRecord {
+	return AuditRecord{Seq: r.Seq, Time: fromUnixNano(r.Time), Principal: r.Principal,
+		Action: r.Action, Subject: r.Subject, Token: r.Token, Details: r.Details,
+		PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash)}
+}
+
+// JobSubject is the audit subject of job id ("job:<id>").
+func JobSubject(id uint64) string { return "job:" + strconv.FormatUint(id, 10) }
+
+// AuditSubjectRequest pages backwards through the audit records of one
+// subject: a job ("job:<id>", see JobSubject) or a named lease
+// ("lease:<name>").
+type AuditSubjectRequest struct {
+	Subject string
+	Before  uint64 // cursor: records with a lower sequence; 0 starts at the newest
+	Limit   int    // 0: DefaultListLimit; at most MaxListLimit
+}
+
+// AuditPage is a page of audit records. Next is the cursor for the
+// following page (the Before of the next request), 0 when there is none.
+type AuditPage struct {
+	Records []AuditRecord
+	Next    uint64
+}
+
+// ListAuditBySubject returns the newest records of req.Subject first, found
+// through the subject index: O(log n + limit), whatever the log's size. A
+// file opened read-only that predates the index has no history to show. It
+// returns ErrInvalidArgument for a limit outside 1..MaxListLimit.
+func (s *Store) ListAuditBySubject(ctx context.Context, req AuditSubjectRequest) (AuditPage, error) {
+	if req.Limit == 0 {
+		req.Limit = DefaultListLimit
+	}
+	if req.Limit < 0 || req.Limit > MaxListLimit {
+		return AuditPage{}, fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
+	}
+	if req.Subject == "" {
+		return AuditPage{}, fmt.Errorf("%w: subject is required", ErrInvalidArgument)
+	}
+	page := AuditPage{Records: []AuditRecord{}}
+	err := s.view(func(tx *bolt.Tx) error {
+		idx := tx.Bucket(bucketAuditSubject)
+		if idx == nil {
+			return nil
+		}
+		prefix := auditSubjectPrefix(req.Subject)
+		before := req.Before
+		if before == 0 {
+			before = ^uint64(0)
+		}
+		c := idx.Cursor()
+		k, _ := c.Seek(append(bytes.Clone(prefix), u64(before)...))
+		if k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		audit := tx.Bucket(bucketAudit)
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Prev() {
+			if len(page.Records) == req.Limit {
+				page.Next = page.Records[len(page.Records)-1].Seq
+				return nil
+			}
+			seq := idFromKey(k)
+			v := audit.Get(u64(seq))
+			if v == nil {
+				return fmt.Errorf("%w: the subject index points at audit record %d, which does not exist", ErrCorrupt, seq)
+			}
+			var r auditRecord
+			if err := msgpack.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("%w: audit record %d: %v", ErrCorrupt, seq, err)
+			}
+			page.Records = append(page.Records, r.public())
+		}
+		return nil
+	})
+	if err != nil {
+		return AuditPage{}, err
+	}
+	return page, nil
+}
+
+// AuditHead is the newest link of the audit chain.
+type AuditHead struct {
+	Seq  uint64 // 0 when the log is empty
+	Hash string // hex
+}
+
+// AuditHead reads the chain head from meta: one lookup, no walk.
+func (s *Store) AuditHead(ctx context.Context) (AuditHead, error) {
+	var head AuditHead
+	err := s.view(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(metaAuditHead); len(v) == 8+sha256.Size {
+			head = AuditHead{Seq: idFromKey(v[:8]), Hash: hex.EncodeToString(v[8:])}
+		}
+		return nil
+	})
+	return head, err
+}
+
+// AuditCounts counts the audit log's records, kept in the transactions that
+// append them. They start with the file, not with the process.
+type AuditCounts struct {
+	// Actions is the number of records of each action ("claim", "complete", …).
+	Actions map[string]uint64
+	// Reclaimed counts claims that took a job whose lease had expired.
+	Reclaimed uint64
+	// ExpiredDead counts jobs that went dead because their lease expired
+	// with no attempts left.
+	ExpiredDead uint64
+}
+
+// AuditCounts returns the audit record counters. A file opened read-only
+// that predates them reports none.
+func (s *Store) AuditCounts(ctx context.Context) (AuditCounts, error) {
+	out := AuditCounts{Actions: map[string]uint64{}}
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAuditCounts)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: audit count %q", ErrCorrupt, k)
+			}
+			switch n := idFromKey(v); string(k) {
+			case auditCountReclaimed:
+				out.Reclaimed = n
+			case auditCountExpiredDead:
+				out.ExpiredDead = n
+			default:
+				out.Actions[string(k)] = n
+			}
+			return nil
+		})
+	})
+	return out, err
 }
 
 // auditHash computes SHA-256(prev_hash ‖ msgpack(record without hash)).
@@ -118,9 +361,7 @@ func (s *Store) ListAudit(ctx context.Context, after uint64, limit int) ([]Audit
 			if err := msgpack.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("%w: audit record %d: %v", ErrCorrupt, idFromKey(k), err)
 			}
-			out = append(out, AuditRecord{Seq: r.Seq, Time: fromUnixNano(r.Time), Principal: r.Principal,
-				Action: r.Action, Subject: r.Subject, Token: r.Token, Details: r.Details,
-				PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash)})
+			out = append(out, r.public())
 		}
 		return nil
 	})

@@ -25,10 +25,20 @@ var (
 	// bucketLeases: lease name (its UTF-8 bytes) → msgpack leaseRecord.
 	// Records are never deleted: they keep the last token of the name.
 	bucketLeases = []byte("leases")
+	// bucketDead: queue 0x00 updatedAt id → nil; dead jobs by queue and the
+	// time they died, so the status page lists them without a scan.
+	bucketDead = []byte("idx_dead")
+	// bucketAuditSubject: subjectKey(subject) 0x00 seq → nil; the audit
+	// records of one job or lease, written with each record (appendAudit).
+	bucketAuditSubject = []byte("idx_audit_subject")
+	// bucketAuditCounts: action name (or an expiry outcome, see
+	// auditCountKeys) → uint64; how many audit records of each kind exist.
+	bucketAuditCounts = []byte("audit_counts")
 )
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
-	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases}
+	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
+	bucketDead, bucketAuditSubject, bucketAuditCounts}
 
 var (
 	metaSchemaVersion = []byte("schema_version")

@@ -48,6 +48,12 @@ func finishedKey(r *jobRecord) []byte {
 	return binary.BigEndian.AppendUint64(k, r.ID)
 }
 
+func deadKey(r *jobRecord) []byte {
+	k := queuePrefix(r.Queue)
+	k = binary.BigEndian.AppendUint64(k, sortableTime(r.UpdatedAt))
+	return binary.BigEndian.AppendUint64(k, r.ID)
+}
+
 func countKey(queue string, state State) []byte {
 	return append(queuePrefix(queue), state...)
 }
