@@ -166,6 +166,11 @@ var routeRoles = map[string]Role{
 	"GET /v1/leases":              RoleWorker,
 	"GET /v1/leases/*":            RoleWorker,
 	"POST /v1/jobs/:id/check":     anyRole,
+	// The status page (status.go): GET /v1/status filters its parts by
+	// the caller's roles, by this table.
+	"GET /v1/status":           anyRole,
+	"GET /v1/whoami":           anyRole,
+	"GET /v1/jobs/:id/history": RoleProducer,
 }
 
 // anyRole: any authenticated principal.

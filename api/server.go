@@ -41,6 +41,9 @@ type Store interface {
 	GetLease(ctx context.Context, name string) (db.Lease, error)
 	ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.LeasePage, error)
 	CheckJob(ctx context.Context, id, token uint64) (db.Job, error)
+
+	// The status page and metrics (status.go).
+	StatusStore
 }
 
 var _ Store = (*db.Store)(nil)
@@ -59,6 +62,12 @@ type Config struct {
 	// Principals enables bearer-token authentication and roles. Nil: every
 	// request is principal "local" with every role (loopback use).
 	Principals *Principals
+	// Now is the clock of the status page (throughput buckets, zombie
+	// times). Default time.Now.
+	Now func() time.Time
+	// AuditVerifyInterval is how often, at most, the status page walks the
+	// whole audit chain again (status.go). Default 30s.
+	AuditVerifyInterval time.Duration
 }
 
 // Server is the HTTP API.
@@ -68,6 +77,9 @@ type Server struct {
 	log      *slog.Logger
 	echo     *echo.Echo
 	refusals refusalCounter
+	obs      *observer  // claims, completions, failures, zombies (status.go)
+	audit    auditCheck // the status page's cached chain walk
+	metrics  *metrics   // GET /metrics (metrics.go)
 }
 
 // New returns the API server for store.
@@ -81,10 +93,19 @@ func New(store Store, cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{store: store, cfg: cfg, log: cfg.Logger, echo: echo.New()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.AuditVerifyInterval <= 0 {
+		cfg.AuditVerifyInterval = 30 * time.Second
+	}
+	obs := newObserver(cfg.Now)
+	s := &Server{store: observedStore{store, obs}, cfg: cfg, log: cfg.Logger, echo: echo.New(), obs: obs}
+	s.initMetrics()
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.Use(s.instrument)
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
 	} else {
@@ -116,8 +137,17 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/leases/*", s.getLease)
 	v1.POST("/leases/*", s.leaseAction)
 
+	// The status page's data and metrics (status.go, metrics.go).
+	v1.GET("/status", s.status)
+	v1.GET("/whoami", s.whoami)
+	v1.GET("/jobs/:id/history", s.jobHistory)
+	e.GET("/metrics", s.serveMetrics)
+
 	if cfg.Index != nil {
-		e.GET("/", echo.WrapHandler(cfg.Index))
+		page := echo.WrapHandler(cfg.Index)
+		e.GET("/", page)
+		e.GET("/jobs/:id", page)
+		e.GET("/assets/*", page)
 	}
 	return s
 }

@@ -1,0 +1,209 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are served at GET /metrics in the Prometheus text format, without
+// authentication (like /healthz): they hold counts, queue names and route
+// templates, never payloads, job ids or tokens. Each Server has its own
+// registry, so several servers in one process (tests) do not share counts.
+
+// httpBuckets are the latency buckets in seconds; the top ones are for
+// long-poll claims and waiting acquires (wait_ms up to 60 s).
+var httpBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+type metrics struct {
+	registry *prometheus.Registry
+	duration *prometheus.HistogramVec
+	handler  http.Handler
+}
+
+func (s *Server) initMetrics() {
+	m := &metrics{registry: prometheus.NewRegistry()}
+	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fenceq_http_request_duration_seconds",
+		Help:    "Time from the first middleware to the reply, by method, route template and status code.",
+		Buckets: httpBuckets,
+	}, []string{"method", "route", "code"})
+	m.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.duration,
+		&storeCollector{s: s},
+	)
+	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
+		ErrorLog:      promLogger{s},
+		ErrorHandling: promhttp.ContinueOnError, // one failed read must not hide the rest
+	})
+	s.metrics = m
+}
+
+type promLogger struct{ s *Server }
+
+func (l promLogger) Println(v ...any) { l.s.log.Warn("metrics", "err", v) }
+
+// serveMetrics: GET /metrics.
+func (s *Server) serveMetrics(c echo.Context) error {
+	s.metrics.handler.ServeHTTP(c.Response(), c.Request())
+	return nil
+}
+
+// knownMethods bounds the method label: any other method is "other".
+var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true}
+
+// instrument times every request. The route label is echo's route template
+// (c.Path(), "/v1/jobs/:id"), never the raw URL, so job ids and lease names
+// do not become label values; a request no route matched is "unmatched".
+// It writes the error reply itself (c.Error) so that the status code of a
+// refused request is known when it is observed.
+func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		method := c.Request().Method
+		if !knownMethods[method] {
+			method = "other"
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		s.metrics.duration.WithLabelValues(method, route, strconv.Itoa(c.Response().Status)).
+			Observe(time.Since(start).Seconds())
+		return nil
+	}
+}
+
+// storeCollector reads the store's figures at scrape time.
+type storeCollector struct{ s *Server }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descJobs = desc("fenceq_jobs",
+		"Jobs by queue and state, from the store's counters.", "queue", "state")
+	descClaims = desc("fenceq_claims_total",
+		"Jobs claimed through this server since it started (claim and complete's claim_next).")
+	descCompletions = desc("fenceq_completions_total",
+		"Jobs completed through this server since it started.")
+	descFailures = desc("fenceq_failures_total",
+		"Failed attempts reported through this server since it started, by outcome: retry (scheduled again) or dead.", "outcome")
+	descRefusals = desc("fenceq_fencing_refusals_total",
+		"Heartbeats, completions and failures refused because the caller no longer held the claim (not_found or failed_precondition), by operation.", "operation")
+	descExpiries = desc("fenceq_lease_expiries_total",
+		"Job leases that expired and were acted on, by outcome: reclaimed by a new claim, or dead (no attempts left). Kept in the file: counts since it was created.", "outcome")
+	descAuditRecords = desc("fenceq_audit_records_total",
+		"Audit log records by action. Kept in the file: counts since it was created.", "action")
+	descAuditHead = desc("fenceq_audit_head_sequence",
+		"Sequence number of the newest audit record.")
+	descCommits = desc("fenceq_commits_total",
+		"Write transactions committed by the store since it was opened (group commit: several mutations each).")
+	descCommittedOps = desc("fenceq_committed_mutations_total",
+		"Mutations carried by those commits, refused ones included.")
+	descReadTxs = desc("fenceq_bolt_read_tx_total",
+		"bbolt read transactions started since the store was opened.")
+	descOpenReadTxs = desc("fenceq_bolt_open_read_tx",
+		"bbolt read transactions open now.")
+	descPageWrites = desc("fenceq_bolt_page_writes_total",
+		"Pages written by bbolt commits since the store was opened.")
+	descWriteSeconds = desc("fenceq_bolt_write_seconds_total",
+		"Time bbolt commits spent writing pages (fsync included) since the store was opened.")
+	descSpillSeconds = desc("fenceq_bolt_spill_seconds_total",
+		"Time bbolt commits spent preparing dirty pages since the store was opened.")
+	descFreePages = desc("fenceq_bolt_free_pages",
+		"Pages on bbolt's freelist, free for reuse.")
+	descPendingPages = desc("fenceq_bolt_pending_pages",
+		"Freed pages still visible to an open read transaction.")
+	descFileSize = desc("fenceq_db_file_size_bytes",
+		"Size of the bbolt file on disk.")
+)
+
+var storeDescs = []*prometheus.Desc{descJobs, descClaims, descCompletions, descFailures, descRefusals,
+	descExpiries, descAuditRecords, descAuditHead, descCommits, descCommittedOps, descReadTxs, descOpenReadTxs,
+	descPageWrites, descWriteSeconds, descSpillSeconds, descFreePages, descPendingPages, descFileSize}
+
+func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range storeDescs {
+		ch <- d
+	}
+}
+
+func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := sc.s
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+
+	if stats, err := s.store.Stats(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(descJobs, err)
+	} else {
+		for _, q := range stats {
+			for _, st := range db.States {
+				gauge(descJobs, float64(q.Counts[st]), q.Queue, string(st))
+			}
+		}
+	}
+
+	oc := s.obs.counts()
+	counter(descClaims, float64(oc.claims))
+	counter(descCompletions, float64(oc.completions))
+	for _, outcome := range []string{"retry", "dead"} {
+		counter(descFailures, float64(oc.failures[outcome]), outcome)
+	}
+	for _, op := range []string{"heartbeat", "complete", "fail"} {
+		counter(descRefusals, float64(oc.refusals[op]), op)
+	}
+
+	if ac, err := s.store.AuditCounts(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(descExpiries, err)
+	} else {
+		counter(descExpiries, float64(ac.Reclaimed), "reclaimed")
+		counter(descExpiries, float64(ac.ExpiredDead), "dead")
+		for action, n := range ac.Actions {
+			counter(descAuditRecords, float64(n), action)
+		}
+	}
+	if head, err := s.store.AuditHead(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(descAuditHead, err)
+	} else {
+		gauge(descAuditHead, float64(head.Seq))
+	}
+
+	commits, ops := s.store.CommitStats()
+	counter(descCommits, float64(commits))
+	counter(descCommittedOps, float64(ops))
+
+	fs, err := s.store.FileStats()
+	counter(descReadTxs, float64(fs.ReadTxs))
+	gauge(descOpenReadTxs, float64(fs.OpenReadTxs))
+	counter(descPageWrites, float64(fs.PageWrites))
+	counter(descWriteSeconds, fs.WriteTime.Seconds())
+	counter(descSpillSeconds, fs.SpillTime.Seconds())
+	gauge(descFreePages, float64(fs.FreePages))
+	gauge(descPendingPages, float64(fs.PendingPages))
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descFileSize, err)
+	} else {
+		gauge(descFileSize, float64(fs.SizeBytes))
+	}
+}
