@@ -268,6 +268,7 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	// Retry moves the dead job to available.
 	retry := fmt.Sprintf(`button[aria-label="Retry job %d"]`, deadID)
 	waitJS(t, ctx, "the Retry button", fmt.Sprintf(`!!document.querySelector('%s')`, retry))
+	screenshot(t, ctx, shots, "status-before-retry.png")
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(retry))); err != nil {
 		t.Fatal(err)
 	}
