@@ -54,13 +54,33 @@ const usage = `fenceq — a durable job queue in one binary
 Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
-  fenceq audit verify --db FILE               verify the audit chain of a file offline
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq help                                 show this help
 
-Run "fenceq serve --help" for the server's flags. Every flag can also be set
-by an environment variable: --max-lease is FENCEQ_MAX_LEASE, and so on.
-A flag on the command line wins over the environment.
+Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
+  fenceq enqueue [--queue Q] [--payload JSON|-] [flags]    enqueue a job and print its id
+  fenceq get ID                                            show one job
+  fenceq list [--queue Q] [--state S] [--all]              list jobs
+  fenceq cancel ID                                         cancel a job (admin)
+  fenceq retry ID                                          make a dead or cancelled job available again (admin)
+  fenceq stats                                             job counts per queue and state, commits, refusals
+  fenceq lease acquire NAME --holder H [--ttl D] [--wait D]    take a named lease, print its fencing token
+  fenceq lease renew NAME TOKEN --holder H [--ttl D]           extend it
+  fenceq lease release NAME TOKEN --holder H                   give it back
+  fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
+  fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
+  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
+  fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
+  fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
+                                                           stdout the result, exit 0 completes)
+
+Output is for people; --json prints JSON for scripts. Exit status: 0 done,
+1 refused by the server or an error, 2 a usage mistake.
+
+Run "fenceq COMMAND --help" for a command's flags ("fenceq serve --help" for
+the server's). Every flag can also be set by an environment variable:
+--max-lease is FENCEQ_MAX_LEASE, and so on. A flag on the command line wins
+over the environment.
 `
 
 // run is main without the process: arguments, output streams and a context
@@ -77,9 +97,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "token":
 		return tokenCommand(args, stdout, stderr)
 	case "audit":
-		return auditCommand(ctx, args, stdout, stderr)
+		return auditCLI(ctx, args, stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args, stdout, stderr)
+	case "enqueue":
+		return enqueueCommand(ctx, args, os.Stdin, stdout, stderr)
+	case "get":
+		return getCommand(ctx, args, stdout, stderr)
+	case "list":
+		return listCommand(ctx, args, stdout, stderr)
+	case "cancel", "retry":
+		return jobActionCommand(ctx, cmd, args, stdout, stderr)
+	case "stats":
+		return statsCommand(ctx, args, stdout, stderr)
+	case "lease":
+		return leaseCommand(ctx, args, stdout, stderr)
+	case "backup":
+		return backupCommand(ctx, args, stdout, stderr)
+	case "worker":
+		return workerCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

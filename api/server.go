@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -44,6 +45,9 @@ type Store interface {
 
 	// The status page and metrics (status.go).
 	StatusStore
+
+	// Backup writes a consistent snapshot of the file to w (backup.go).
+	Backup(ctx context.Context, w io.Writer) (int64, error)
 }
 
 var _ Store = (*db.Store)(nil)
@@ -128,6 +132,7 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/stats", s.stats)
 	v1.GET("/audit", s.listAudit)
 	v1.GET("/audit/verify", s.verifyAudit)
+	v1.GET("/backup", s.backup)
 
 	// Named leases and token checks (leases.go). Lease names may contain
 	// slashes: the wildcard routes hand the whole rest of the path to the

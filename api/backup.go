@@ -1,0 +1,68 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// backupStall is how long one write of a backup may block before the
+// connection is given up. A backup may take longer than the server's write
+// timeout as a whole, as long as the client keeps reading: each write
+// moves the deadline. A client that stops reading is cut off, so that it
+// cannot hold the store's read transaction open for ever.
+const backupStall = 30 * time.Second
+
+// backup serves GET /v1/backup: a consistent snapshot of the database file
+// (bbolt Tx.WriteTo in one read transaction), as application/octet-stream.
+// The snapshot is a complete fenceq file: stop the server, put it in place
+// of --db and start again to restore.
+//
+// Headers are sent with the first byte of the snapshot, so an error before
+// it is an ordinary JSON error. An error after it cannot change the status
+// any more: the response is aborted (no final chunk), which a client sees
+// as a truncated body rather than a complete file.
+func (s *Server) backup(c echo.Context) error {
+	res := c.Response()
+	name := "fenceq-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".db"
+	w := &backupWriter{res: res, rc: http.NewResponseController(res), name: name}
+	n, err := s.store.Backup(c.Request().Context(), w)
+	if err == nil {
+		s.log.Info("backup", "principal", principalOf(c), "bytes", n)
+		return nil
+	}
+	if !w.started {
+		return err
+	}
+	s.log.Warn("backup aborted after it started", "principal", principalOf(c), "bytes", n, "err", err)
+	// Tell net/http to drop the connection without completing the body.
+	panic(http.ErrAbortHandler)
+}
+
+// backupWriter sends the response headers with the first write and extends
+// the write deadline before every write.
+type backupWriter struct {
+	res     *echo.Response
+	rc      *http.ResponseController
+	name    string
+	started bool
+}
+
+func (w *backupWriter) Write(p []byte) (int, error) {
+	if !w.started {
+		w.started = true
+		h := w.res.Header()
+		h.Set(echo.HeaderContentType, echo.MIMEOctetStream)
+		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+w.name+`"`)
+		h.Set("Cache-Control", "no-store")
+		w.res.WriteHeader(http.StatusOK)
+	}
+	// Not every ResponseWriter supports deadlines (httptest's recorder does
+	// not); the write goes on without one there.
+	if err := w.rc.SetWriteDeadline(time.Now().Add(backupStall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return 0, err
+	}
+	return w.res.Write(p)
+}

@@ -1,0 +1,111 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Stats is GET /v1/stats: commit figures and refused requests.
+type Stats struct {
+	// Commits is how many write transactions the store committed;
+	// CommittedOps how many mutations they carried (group commit).
+	Commits      uint64    `json:"commits"`
+	CommittedOps uint64    `json:"committed_ops"`
+	Refusals     []Refusal `json:"refusals"`
+}
+
+// Refusal counts refused requests of one route with one code.
+type Refusal struct {
+	Route string `json:"route"`
+	Code  string `json:"code"`
+	Count uint64 `json:"count"`
+}
+
+// Stats returns the server's commit and refusal counters.
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	_, err := c.do(ctx, request{method: http.MethodGet, escapedPath: "/v1/stats"}, &s)
+	return s, err
+}
+
+// AuditRecord is one record of the audit log.
+type AuditRecord struct {
+	Seq       uint64            `json:"seq"`
+	Time      time.Time         `json:"time"`
+	Principal string            `json:"principal"`
+	Action    string            `json:"action"`
+	Subject   string            `json:"subject"`
+	Token     uint64            `json:"token"`
+	Details   map[string]string `json:"details,omitempty"`
+	PrevHash  string            `json:"prev_hash"`
+	Hash      string            `json:"hash"`
+}
+
+// AuditPage is one page of the audit log. Next, when not 0, is the after
+// of the next page.
+type AuditPage struct {
+	Records []AuditRecord `json:"records"`
+	Next    uint64        `json:"next,omitempty"`
+}
+
+// Audit returns up to limit audit records with a sequence above after
+// (admin). limit 0 is the server's default (100).
+func (c *Client) Audit(ctx context.Context, after uint64, limit int) (AuditPage, error) {
+	q := url.Values{}
+	if after != 0 {
+		q.Set("after", strconv.FormatUint(after, 10))
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var p AuditPage
+	_, err := c.do(ctx, request{method: http.MethodGet, escapedPath: "/v1/audit", query: q}, &p)
+	return p, err
+}
+
+// AuditReport is the result of walking the audit chain.
+type AuditReport struct {
+	OK          bool   `json:"ok"`
+	Records     uint64 `json:"records"`
+	HeadSeq     uint64 `json:"head_seq"`
+	HeadHash    string `json:"head_hash"`
+	FirstBroken uint64 `json:"first_broken,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// VerifyAudit makes the server walk its audit chain (admin). A broken
+// chain is not an error: the report's OK is false and FirstBroken names
+// the first record that does not verify.
+func (c *Client) VerifyAudit(ctx context.Context) (AuditReport, error) {
+	var r AuditReport
+	_, err := c.do(ctx, request{method: http.MethodGet, escapedPath: "/v1/audit/verify"}, &r)
+	return r, err
+}
+
+// Backup streams a consistent snapshot of the server's database file (GET
+// /v1/backup, admin) to w and returns the bytes written. The snapshot is a
+// complete bbolt file: to restore, stop the server and put it in place of
+// --db. A transfer cut short is an error (the server aborts the response
+// rather than end it early), so a nil error means w got the whole file;
+// still, write to a temporary name and rename it when Backup returned nil.
+func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	r := request{method: http.MethodGet, escapedPath: "/v1/backup"}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("fenceq: GET /v1/backup: after %d bytes: %w", n, err)
+	}
+	if resp.ContentLength >= 0 && n != resp.ContentLength {
+		return n, fmt.Errorf("fenceq: GET /v1/backup: got %d bytes, the server announced %d", n, resp.ContentLength)
+	}
+	return n, nil
+}

@@ -1,0 +1,140 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fenceq/fenceq/api"
+	"github.com/fenceq/fenceq/api/client"
+	"github.com/fenceq/fenceq/db"
+)
+
+// server is the real API (api.New over a bbolt file in t.TempDir()) on
+// 127.0.0.1:0.
+type server struct {
+	URL   string
+	store *db.Store
+}
+
+// newServer starts the API over a fresh store. On cleanup the file must
+// pass the store's integrity check and audit verification.
+func newServer(tb testing.TB, opts db.Options, cfg api.Config) *server {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "fenceq.db")
+	store, err := db.Open(path, opts)
+	if err != nil {
+		tb.Fatalf("db.Open(%s) = %v", path, err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv := httptest.NewServer(api.New(store, cfg))
+	tb.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		if err := store.Check(); err != nil {
+			tb.Errorf("store.Check() after test = %v", err)
+		}
+		if rep, err := store.VerifyAudit(context.Background()); err != nil || !rep.OK {
+			tb.Errorf("store.VerifyAudit() after test = %+v, %v; want OK", rep, err)
+		}
+		if err := store.Close(); err != nil {
+			tb.Errorf("store.Close() = %v", err)
+		}
+	})
+	return &server{URL: srv.URL, store: store}
+}
+
+// mustClient returns a client for s with opts.
+func mustClient(tb testing.TB, base string, opts ...client.Option) *client.Client {
+	tb.Helper()
+	c, err := client.New(base, opts...)
+	if err != nil {
+		tb.Fatalf("client.New(%q) = %v", base, err)
+	}
+	return c
+}
+
+// sent is one request a recordingTransport saw.
+type sent struct {
+	Method, Path string // Path is the escaped path
+	Body         string
+}
+
+// recordingTransport records every request and can hold requests at a
+// gate (a paused process: nothing it sends gets out) until the gate opens
+// or the request's context ends.
+type recordingTransport struct {
+	next http.RoundTripper
+
+	mu   sync.Mutex
+	reqs []sent
+	gate chan struct{} // non-nil: held requests wait for it to close
+	hold func(sent) bool
+}
+
+func newRecordingTransport() *recordingTransport {
+	return &recordingTransport{next: http.DefaultTransport}
+}
+
+// pause holds every request for which hold returns true until resume.
+func (rt *recordingTransport) pause(hold func(sent) bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.gate, rt.hold = make(chan struct{}), hold
+}
+
+func (rt *recordingTransport) resume() {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.gate != nil {
+		close(rt.gate)
+		rt.gate, rt.hold = nil, nil
+	}
+}
+
+func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := sent{Method: req.Method, Path: req.URL.EscapedPath()}
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		s.Body = string(b)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	rt.mu.Lock()
+	rt.reqs = append(rt.reqs, s)
+	gate, hold := rt.gate, rt.hold
+	rt.mu.Unlock()
+	if gate != nil && hold(s) {
+		select {
+		case <-gate:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	return rt.next.RoundTrip(req)
+}
+
+// matching returns the recorded requests whose path ends with suffix.
+func (rt *recordingTransport) matching(suffix string) []sent {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var out []sent
+	for _, s := range rt.reqs {
+		if strings.HasSuffix(s.Path, suffix) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
