@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"syscall"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/labstack/echo/v4"
@@ -46,11 +47,19 @@ var codes = []struct {
 }
 
 // toAPIError classifies err. Unknown errors are internal: logged in full,
-// shown to the client as "internal error".
+// shown to the client as "internal error". A full disk is logged the same
+// way but named to the client (503 unavailable).
 func toAPIError(err error) (*Error, bool) {
 	var apiErr *Error
 	if errors.As(err, &apiErr) {
 		return apiErr, true
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		// A server fault (logged as one), but the client is told what it
+		// is: the commit failed, and the same request may succeed once
+		// there is space again.
+		return &Error{http.StatusServiceUnavailable, "unavailable",
+			"the disk holding the queue is full (no space left on device): the request was not committed; retry when space has been freed"}, false
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		// The client went away (a long-poll it stopped waiting for); the
