@@ -118,6 +118,7 @@ func New(store Store, cfg Config) *Server {
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET("/openapi.json", s.openAPI) // openapi.go
 	v1 := e.Group("/v1")
 	v1.POST("/jobs", s.enqueue)
 	v1.GET("/jobs", s.listJobs)

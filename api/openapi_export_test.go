@@ -1,0 +1,33 @@
+package api
+
+import (
+	"net/http"
+	"net/http/httptest"
+)
+
+// Test hooks for openapi_test.go (package api_test), which compares the
+// OpenAPI document with the routes echo really has.
+
+// RoutesForTest lists the server's registered routes as "METHOD path" in
+// echo's form ("/v1/jobs/:id", "/v1/leases/*").
+func RoutesForTest(s *Server) []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
+// RouteForTest returns the route template echo's router picks for method
+// and escapedPath (what it is given for a request), and whether that is a
+// registered route of that method rather than echo's 404 or 405.
+func RouteForTest(s *Server, method, escapedPath string) (string, bool) {
+	c := s.echo.NewContext(httptest.NewRequest(method, "/", http.NoBody), httptest.NewRecorder())
+	s.echo.Router().Find(method, escapedPath, c)
+	for _, r := range s.echo.Routes() {
+		if r.Method == method && r.Path == c.Path() {
+			return c.Path(), true
+		}
+	}
+	return c.Path(), false
+}
