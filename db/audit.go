@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -145,7 +144,7 @@ func buildAuditIndexes(tx *bolt.Tx) error {
 	tally := map[string]uint64{}
 	err := audit.ForEach(func(k, v []byte) error {
 		var r auditRecord
-		if len(k) != 8 || msgpack.Unmarshal(v, &r) != nil {
+		if len(k) != 8 || unmarshalRecord(v, &r) != nil {
 			return nil
 		}
 		if needSubjects {
@@ -243,7 +242,7 @@ func (s *Store) ListAuditBySubject(ctx context.Context, req AuditSubjectRequest)
 				return fmt.Errorf("%w: the subject index points at audit record %d, which does not exist", ErrCorrupt, seq)
 			}
 			var r auditRecord
-			if err := msgpack.Unmarshal(v, &r); err != nil {
+			if err := unmarshalRecord(v, &r); err != nil {
 				return fmt.Errorf("%w: audit record %d: %v", ErrCorrupt, seq, err)
 			}
 			page.Records = append(page.Records, r.public())
@@ -358,7 +357,7 @@ func (s *Store) ListAudit(ctx context.Context, after uint64, limit int) ([]Audit
 		c := tx.Bucket(bucketAudit).Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
 			var r auditRecord
-			if err := msgpack.Unmarshal(v, &r); err != nil {
+			if err := unmarshalRecord(v, &r); err != nil {
 				return fmt.Errorf("%w: audit record %d: %v", ErrCorrupt, idFromKey(k), err)
 			}
 			out = append(out, r.public())
@@ -408,7 +407,7 @@ func verifyAudit(tx *bolt.Tx) AuditReport {
 			return broken(want, "record %d is missing (found %d)", want, idFromKey(k))
 		}
 		var r auditRecord
-		if err := msgpack.Unmarshal(v, &r); err != nil {
+		if err := unmarshalRecord(v, &r); err != nil {
 			return broken(want, "record %d does not decode: %v", want, err)
 		}
 		if r.Seq != want {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/lease"
-	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -44,7 +43,7 @@ func (r *leaseRecord) named() lease.Named {
 
 func decodeLease(name string, b []byte) (*leaseRecord, error) {
 	var r leaseRecord
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	if err := unmarshalRecord(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: lease %q: %v", ErrCorrupt, name, err)
 	}
 	if r.V == 0 || r.V > leaseRecordVersion || r.Token == 0 {

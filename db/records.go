@@ -84,17 +84,21 @@ func encodeRecord(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func decodeJob(b []byte) (*jobRecord, error) {
-	// msgpack v5.4.1 allocates a slice as long as its header claims (its
-	// allocation limit check is inverted), so a corrupt array header of a
-	// few bytes in "er" would ask for gigabytes and crash the process.
-	// Skip walks the value without allocating and fails at the end of b,
-	// so after it every claimed length is bounded by len(b).
+// unmarshalRecord decodes a stored msgpack value. msgpack v5.4.1 allocates
+// a slice or map as large as its header claims (its allocation limit check
+// is inverted), so a corrupt header of a few bytes could ask for gigabytes.
+// Skip walks the value without allocating and fails at the end of b, so
+// after it every claimed length is bounded by len(b).
+func unmarshalRecord(b []byte, v any) error {
 	if err := msgpack.NewDecoder(bytes.NewReader(b)).Skip(); err != nil {
-		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
+		return err
 	}
+	return msgpack.Unmarshal(b, v)
+}
+
+func decodeJob(b []byte) (*jobRecord, error) {
 	var r jobRecord
-	if err := msgpack.Unmarshal(b, &r); err != nil {
+	if err := unmarshalRecord(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
 	}
 	if r.V == 0 || r.V > jobRecordVersion || r.ID == 0 || !ValidState(r.State) {
