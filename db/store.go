@@ -120,6 +120,10 @@ func Open(path string, opts Options) (*Store, error) {
 		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
 			return nil, fmt.Errorf("%w: %s is not a fenceq database: %v", ErrCorrupt, path, err)
 		}
+		var pathErr *os.PathError
+		if errors.As(err, &pathErr) && pathErr.Path == path {
+			return nil, fmt.Errorf("db: %w", err) // it names the file already
+		}
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
