@@ -28,6 +28,16 @@ func readBody(c echo.Context) ([]byte, error) {
 	return b, nil
 }
 
+// bindJSON reads the request body and decodes it into v (see decodeJSON);
+// an empty body is invalid_argument.
+func bindJSON(c echo.Context, v any) error {
+	body, err := readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(body, v, false)
+}
+
 // decodeJSON decodes body into v. Unknown fields are ignored so that old and
 // new clients interoperate; a field of the wrong type is invalid_argument
 // naming the field. An empty body decodes as {} when optional is set.

@@ -202,12 +202,9 @@ type claimBody struct {
 // claim answers the claimed Job, or {"jobs": […]} when "max" was given, or
 // 204 when nothing is eligible.
 func (s *Server) claim(c echo.Context) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b claimBody
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.ClaimRequest{Principal: principalOf(c), Worker: b.Worker, Queues: b.Queues}
@@ -250,16 +247,13 @@ func fenced(c echo.Context, worker string, token uint64) (db.Fenced, error) {
 }
 
 func (s *Server) heartbeat(c echo.Context) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Worker       string `json:"worker"`
 		FencingToken uint64 `json:"fencing_token"`
 		LeaseMs      int64  `json:"lease_ms"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.HeartbeatRequest{}
@@ -286,10 +280,6 @@ type claimNextBody struct {
 }
 
 func (s *Server) complete(c echo.Context) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Worker       string          `json:"worker"`
 		FencingToken uint64          `json:"fencing_token"`
@@ -297,7 +287,8 @@ func (s *Server) complete(c echo.Context) error {
 		Attestation  json.RawMessage `json:"attestation"`
 		ClaimNext    *claimNextBody  `json:"claim_next"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.CompleteRequest{Result: b.Result, Attestation: b.Attestation}
@@ -342,10 +333,6 @@ func (s *Server) complete(c echo.Context) error {
 }
 
 func (s *Server) fail(c echo.Context) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Worker       string `json:"worker"`
 		FencingToken uint64 `json:"fencing_token"`
@@ -353,7 +340,8 @@ func (s *Server) fail(c echo.Context) error {
 		RetryDelayMs *int64 `json:"retry_delay_ms"`
 		Final        bool   `json:"final"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.FailRequest{Error: b.Error, Final: b.Final}

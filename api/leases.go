@@ -91,16 +91,13 @@ func (s *Server) leaseAction(c echo.Context) error {
 }
 
 func (s *Server) acquireLease(c echo.Context, name string) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Holder string `json:"holder"`
 		TTLMs  int64  `json:"ttl_ms"`
 		WaitMs int64  `json:"wait_ms"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.AcquireLeaseRequest{Principal: principalOf(c), Name: name, Holder: b.Holder}
@@ -118,16 +115,13 @@ func (s *Server) acquireLease(c echo.Context, name string) error {
 }
 
 func (s *Server) renewLease(c echo.Context, name string) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Holder       string `json:"holder"`
 		FencingToken uint64 `json:"fencing_token"`
 		TTLMs        int64  `json:"ttl_ms"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	req := db.RenewLeaseRequest{Principal: principalOf(c), Name: name, Holder: b.Holder, FencingToken: b.FencingToken}
@@ -142,15 +136,12 @@ func (s *Server) renewLease(c echo.Context, name string) error {
 }
 
 func (s *Server) releaseLease(c echo.Context, name string) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b struct {
 		Holder       string `json:"holder"`
 		FencingToken uint64 `json:"fencing_token"`
 	}
-	if err := decodeJSON(raw, &b, false); err != nil {
+	err := bindJSON(c, &b)
+	if err != nil {
 		return err
 	}
 	l, err := s.store.ReleaseLease(c.Request().Context(), db.ReleaseLeaseRequest{Principal: principalOf(c), Name: name,
@@ -169,12 +160,8 @@ type checkBody struct {
 // checkLease answers 200 while the token is the lease's current, unexpired
 // one and 409 failed_precondition otherwise.
 func (s *Server) checkLease(c echo.Context, name string) error {
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b checkBody
-	if err := decodeJSON(raw, &b, false); err != nil {
+	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
 	l, err := s.store.CheckLease(c.Request().Context(), name, b.FencingToken)
@@ -235,12 +222,8 @@ func (s *Server) checkJob(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	raw, err := readBody(c)
-	if err != nil {
-		return err
-	}
 	var b checkBody
-	if err := decodeJSON(raw, &b, false); err != nil {
+	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
 	job, err := s.store.CheckJob(c.Request().Context(), id, b.FencingToken)
