@@ -65,7 +65,9 @@ func appendAudit(tx *bolt.Tx, now time.Time, e auditEntry) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
+	audit := tx.Bucket(bucketAudit)
+	audit.FillPercent = 1.0 // keys only ever grow: fill pages instead of splitting them half empty
+	if err := audit.Put(u64(rec.Seq), v); err != nil {
 		return err
 	}
 	if err := indexAudit(tx, &rec); err != nil {
