@@ -178,11 +178,12 @@ func (s *Store) enqueue(tx *bolt.Tx, now time.Time, req EnqueueRequest) (Enqueue
 			return EnqueueResult{}, err
 		}
 	}
-	if err := s.putJob(tx, nil, rec); err != nil {
-		return EnqueueResult{}, err
-	}
+	// Audited before putJob, which may hand the job to a waiting claim.
 	if err := appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "enqueue", Job: id,
 		Details: map[string]string{"queue": rec.Queue, "state": string(rec.State)}}); err != nil {
+		return EnqueueResult{}, err
+	}
+	if err := s.putJob(tx, nil, rec); err != nil {
 		return EnqueueResult{}, err
 	}
 	return EnqueueResult{Job: rec.job(), Created: true}, nil
@@ -337,6 +338,12 @@ func (s *Store) claimOne(tx *bolt.Tx, now time.Time, req ClaimRequest) (*jobReco
 	if best == nil {
 		return nil, nil
 	}
+	return s.claimRecord(tx, now, best, req)
+}
+
+// claimRecord claims the eligible job best for req's holder: attempts + 1
+// (the new fencing token), holder, lease; with its audit record.
+func (s *Store) claimRecord(tx *bolt.Tx, now time.Time, best *jobRecord, req ClaimRequest) (*jobRecord, error) {
 	if best.Attempts >= lease.MaxToken {
 		return nil, fmt.Errorf("db: job %d has used every fencing token", best.ID)
 	}
@@ -656,12 +663,17 @@ func (s *Store) FailJob(ctx context.Context, req FailRequest) (Job, error) {
 				rec.State = StateAvailable
 			}
 		}
+		// Audited before putJob: an available job may be handed off to a
+		// waiting claim there, and that claim comes after this failure.
+		if err := appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: action, Job: rec.ID, Token: rec.Attempts,
+			Details: map[string]string{"holder": old.ClaimedBy, "error": rec.LastError, "state": string(rec.State)}}); err != nil {
+			return err
+		}
 		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
-		return appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: action, Job: rec.ID, Token: rec.Attempts,
-			Details: map[string]string{"holder": old.ClaimedBy, "error": rec.LastError, "state": string(rec.State)}})
+		return nil
 	})
 	return job, err
 }
@@ -719,12 +731,16 @@ func (s *Store) RetryJob(ctx context.Context, req JobRequest) (Job, error) {
 		rec.RunAt, rec.UpdatedAt = now.UnixNano(), now.UnixNano()
 		budget := max(rec.Budget, 1)
 		rec.MaxAttempts = max(rec.MaxAttempts, min(rec.Attempts+budget, lease.MaxToken))
+		// Audited before putJob, which may hand the job to a waiting claim.
+		if err := appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "retry", Job: rec.ID, Token: rec.Attempts,
+			Details: map[string]string{"from": string(old.State), "max_attempts": fmt.Sprint(rec.MaxAttempts)}}); err != nil {
+			return err
+		}
 		if err := s.putJob(tx, old, rec); err != nil {
 			return err
 		}
 		job = rec.job()
-		return appendAudit(tx, now, auditEntry{Principal: req.Principal, Action: "retry", Job: rec.ID, Token: rec.Attempts,
-			Details: map[string]string{"from": string(old.State), "max_attempts": fmt.Sprint(rec.MaxAttempts)}})
+		return nil
 	})
 	return job, err
 }
@@ -903,6 +919,9 @@ func (s *Store) putJob(tx *bolt.Tx, old, rec *jobRecord) error {
 	}
 	switch {
 	case rec.State == StateAvailable && (old == nil || old.State != StateAvailable):
+		if w := s.waiters.take(rec.Queue); w != nil {
+			return s.handOff(tx, rec, w)
+		}
 		s.signalAvailable(tx, rec.Queue, 1)
 	case rec.State == StateScheduled:
 		s.signalLater(tx, time.Unix(0, rec.RunAt))

@@ -102,6 +102,7 @@ type Store struct {
 	committedOps atomic.Uint64
 
 	waiters     waiters     // long-polling claims
+	onAbort     []func()    // run if the commit in progress fails; committer goroutine only
 	nameWaiters nameWaiters // acquires waiting for a named lease
 }
 
@@ -322,6 +323,13 @@ func (s *Store) commitBatch(batch []*writeOp) {
 			close(op.done)
 		}
 	}
+	s.onAbort = s.onAbort[:0]
+	abort := func(err error) {
+		for _, f := range s.onAbort {
+			f()
+		}
+		finish(err)
+	}
 	tx, err := s.bolt.Begin(true)
 	if err != nil {
 		finish(fmt.Errorf("db: begin: %w", err))
@@ -331,13 +339,13 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		err := runOp(op.fn, tx)
 		if err != nil && !isRefusal(err) {
 			_ = tx.Rollback()
-			finish(err)
+			abort(err)
 			return
 		}
 		op.err = err
 	}
 	if err := tx.Commit(); err != nil {
-		finish(fmt.Errorf("db: commit: %w", err))
+		abort(fmt.Errorf("db: commit: %w", err))
 		return
 	}
 	s.commits.Add(1)

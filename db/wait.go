@@ -18,7 +18,14 @@ const MaxWait = 60 * time.Second
 // every queue's list.
 type waiter struct {
 	queues []string
+	req    ClaimRequest // normalized; a job handed off is claimed with it
 	ch     chan struct{}
+	job    *Job // set (under waiters.mu) when a job was handed off to it
+	taken  bool // a transaction is handing it a job (under waiters.mu)
+	// sleeping: its claim found nothing and it waits (under waiters.mu).
+	// Only a sleeping waiter is handed a job; one still in its own claim
+	// is signalled instead, so that it never gets more jobs than it asked for.
+	sleeping bool
 }
 
 // waiters wakes long-polling claims from memory after commits, never by
@@ -32,8 +39,9 @@ type waiters struct {
 	timerAt time.Time
 }
 
-func (ws *waiters) register(queues []string) *waiter {
-	w := &waiter{queues: queues, ch: make(chan struct{}, 1)}
+func (ws *waiters) register(req ClaimRequest) *waiter {
+	queues := req.Queues
+	w := &waiter{queues: queues, req: req, ch: make(chan struct{}, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.byQueue == nil {
@@ -87,6 +95,52 @@ func (ws *waiters) signal(queue string, n int) {
 	}
 }
 
+// take removes and returns the oldest sleeping waiter of queue, or nil.
+func (ws *waiters) take(queue string) *waiter {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, w := range ws.byQueue[queue] {
+		if w.sleeping {
+			ws.removeLocked(w)
+			w.taken = true
+			return w
+		}
+	}
+	return nil
+}
+
+// sleep marks w as waiting: from now on it may be handed a job.
+func (ws *waiters) sleep(w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.sleeping = true
+}
+
+// handedOffPending reports whether w was taken but not yet answered.
+func (ws *waiters) handedOffPending(w *waiter) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return w.taken && w.job == nil && len(w.ch) == 0
+}
+
+// deliver wakes a taken waiter, with the job handed off to it or, when the
+// handing transaction did not commit, with nothing (it claims again).
+func (ws *waiters) deliver(w *waiter, job *Job) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.job = job
+	w.ch <- struct{}{}
+}
+
+// handedOff returns the job handed off to w, if any.
+func (ws *waiters) handedOff(w *waiter) *Job {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	j := w.job
+	w.job = nil
+	return j
+}
+
 func (ws *waiters) waitingQueues() []string {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -122,6 +176,27 @@ func (ws *waiters) stopTimer() {
 		ws.timer.Stop()
 		ws.timer = nil
 	}
+}
+
+// handOff claims rec, which has just become available, for the long-polling
+// claim w in the same transaction, and answers w once it has committed:
+// enqueue→claim then costs one commit, not two. w was the oldest waiter of
+// the queue, and a waiter only waits when nothing it could take was
+// claimable. rec is updated to the claimed record. Callers audit their own
+// change before putJob, so the claim follows it in the audit log. If the
+// transaction does not commit, w is woken to claim again.
+// If w's client has gone by then, the job stays claimed until its lease
+// expires, as after any claim whose reply was lost.
+func (s *Store) handOff(tx *bolt.Tx, rec *jobRecord, w *waiter) error {
+	s.onAbort = append(s.onAbort, func() { s.waiters.deliver(w, nil) })
+	claimed, err := s.claimRecord(tx, s.opts.Now(), rec, w.req)
+	if err != nil {
+		return err
+	}
+	job := claimed.job()
+	tx.OnCommit(func() { s.waiters.deliver(w, &job) })
+	*rec = *claimed // the caller answers with the job as it now is
+	return nil
 }
 
 // signalAvailable wakes one waiter of queue per job made available by tx,
@@ -246,37 +321,62 @@ func (s *Store) claimWaiting(ctx context.Context, req ClaimRequest) ([]Job, erro
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	for {
-		w := s.waiters.register(req.Queues)
+		w := s.waiters.register(req)
 		jobs, err := s.claimNow(ctx, req)
 		if err != nil || len(jobs) > 0 {
-			s.releaseWaiter(w)
+			if job := s.releaseWaiter(w); job != nil {
+				jobs = append(jobs, *job) // handed off while this claim ran
+			}
 			return jobs, err
 		}
 		s.armForQueues(req.Queues)
+		s.waiters.sleep(w)
 		select {
 		case <-w.ch:
+			if job := s.waiters.handedOff(w); job != nil {
+				return []Job{*job}, nil
+			}
 			// Signalled and already unregistered: try again.
 		case <-deadline.C:
-			s.releaseWaiter(w)
+			if job := s.releaseWaiter(w); job != nil {
+				return []Job{*job}, nil
+			}
 			return nil, nil
 		case <-ctx.Done():
 			s.releaseWaiter(w)
 			return nil, ctx.Err()
 		case <-s.closing:
-			s.releaseWaiter(w)
+			if job := s.releaseWaiter(w); job != nil {
+				return []Job{*job}, nil
+			}
 			return nil, ErrClosed
 		}
 	}
 }
 
-// releaseWaiter unregisters w; a wake-up it received but did not use is
-// passed on, so that no available job is left with sleeping waiters.
-func (s *Store) releaseWaiter(w *waiter) {
-	if s.waiters.unregister(w) {
+// releaseWaiter unregisters w and returns a job handed off to it, if any.
+// A plain wake-up it received but did not use is passed on, so that no
+// available job is left with sleeping waiters.
+func (s *Store) releaseWaiter(w *waiter) *Job {
+	if s.waiters.handedOffPending(w) {
+		// A commit in progress is handing it a job: wait for its outcome
+		// (one commit at most) rather than leave the job claimed for nobody.
+		<-w.ch
+		if job := s.waiters.handedOff(w); job != nil {
+			return job
+		}
+		return nil
+	}
+	signalled := s.waiters.unregister(w)
+	if job := s.waiters.handedOff(w); job != nil {
+		return job
+	}
+	if signalled {
 		for _, q := range w.queues {
 			s.waiters.signal(q, 1)
 		}
 	}
+	return nil
 }
 
 // armForQueues arms the timer at the next time a job of queues becomes

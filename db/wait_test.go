@@ -237,3 +237,72 @@ func TestSweepDeletesFinishedJobsPastRetentionOnly(t *testing.T) {
 		t.Errorf("VerifyAudit() = %+v, %v", rep, err)
 	}
 }
+
+// TestAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit: the enqueue's
+// transaction claims the job for the oldest waiter, so enqueue→claim costs
+// one commit; the claim is audited after the enqueue, with the waiter's
+// holder and token.
+func TestAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit(t *testing.T) {
+	s := mustOpenStore(t, Options{})
+	ctx := context.Background()
+	got := make(chan []Job, 1)
+	go func() {
+		jobs, err := s.ClaimJobs(ctx, ClaimRequest{Principal: "local", Worker: "w1", Queues: []string{"q"}, Lease: time.Minute, Wait: 5 * time.Second})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- jobs
+	}()
+	waitForWaiters(t, s, "q", 1)
+	commits, _ := s.CommitStats()
+	res, err := s.EnqueueJob(ctx, EnqueueRequest{Principal: "local", Queue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Job.State != StateClaimed || res.Job.ClaimedBy != "local|w1" || res.Job.Attempts != 1 {
+		t.Fatalf("enqueued job = %+v, want it claimed by local|w1 with token 1 in the same transaction", res.Job)
+	}
+	jobs := <-got
+	if len(jobs) != 1 || jobs[0].ID != res.Job.ID || jobs[0].FencingToken() != 1 || jobs[0].ClaimedBy != "local|w1" {
+		t.Fatalf("the waiter got %+v, want job %d with token 1", jobs, res.Job.ID)
+	}
+	if after, _ := s.CommitStats(); after != commits+1 {
+		t.Fatalf("enqueue→claim took %d commits, want 1", after-commits)
+	}
+	recs, err := s.ListAudit(ctx, 0, 10)
+	if err != nil || len(recs) != 2 || recs[0].Action != "enqueue" || recs[1].Action != "claim" || recs[1].Token != 1 {
+		t.Fatalf("audit = %+v, %v; want enqueue then claim with token 1", recs, err)
+	}
+	// The waiter's claim is a real one: its token completes the job.
+	if _, err := s.CompleteJob(ctx, CompleteRequest{Fenced: Fenced{ID: res.Job.ID, Principal: "local", Worker: "w1", FencingToken: 1}}); err != nil {
+		t.Fatalf("CompleteJob with the handed-off token = %v", err)
+	}
+}
+
+// A waiter still inside its own claim is never handed a job (it could then
+// get more jobs than it asked for); once it sleeps, it is.
+func TestOnlyASleepingWaiterIsHandedAJob(t *testing.T) {
+	var ws waiters
+	w := ws.register(ClaimRequest{Queues: []string{"q"}})
+	if got := ws.take("q"); got != nil {
+		t.Fatal("take() handed a job to a waiter that is still claiming")
+	}
+	ws.sleep(w)
+	if got := ws.take("q"); got != w {
+		t.Fatalf("take() = %v, want the sleeping waiter", got)
+	}
+	if got := ws.take("q"); got != nil {
+		t.Fatal("take() returned the same waiter twice")
+	}
+	if !ws.handedOffPending(w) {
+		t.Fatal("a taken waiter is not pending before its commit")
+	}
+	job := Job{ID: 7}
+	ws.deliver(w, &job)
+	if ws.handedOffPending(w) {
+		t.Fatal("a delivered waiter is still pending")
+	}
+	if got := ws.handedOff(w); got == nil || got.ID != 7 {
+		t.Fatalf("handedOff() = %v, want job 7", got)
+	}
+}
