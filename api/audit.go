@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -25,19 +24,11 @@ type auditRecordResponse struct {
 // listAudit: GET /v1/audit?after=&limit= → {"records":[…], "next": seq}.
 func (s *Server) listAudit(c echo.Context) error {
 	after, limit := uint64(0), 100
-	if v := c.QueryParam("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return invalidArgument("after %q is not a non-negative integer", v)
-		}
-		after = n
+	if err := queryUint(c, "after", &after); err != nil {
+		return err
 	}
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return invalidArgument("limit %q is not an integer", v)
-		}
-		limit = n
+	if err := queryInt(c, "limit", &limit); err != nil {
+		return err
 	}
 	recs, err := s.store.ListAudit(c.Request().Context(), after, limit)
 	if err != nil {

@@ -112,6 +112,36 @@ func msDuration(field string, ms int64) (time.Duration, error) {
 	return time.Duration(ms) * time.Millisecond, nil
 }
 
+// queryUint reads a non-negative integer query parameter into dst; an
+// absent parameter leaves dst as it is.
+func queryUint(c echo.Context, name string, dst *uint64) error {
+	v := c.QueryParam(name)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return invalidArgument("%s %q is not a non-negative integer", name, v)
+	}
+	*dst = n
+	return nil
+}
+
+// queryInt reads an integer query parameter into dst; an absent parameter
+// leaves dst as it is. Range checks belong to the store.
+func queryInt(c echo.Context, name string, dst *int) error {
+	v := c.QueryParam(name)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return invalidArgument("%s %q is not an integer", name, v)
+	}
+	*dst = n
+	return nil
+}
+
 func pathID(c echo.Context) (uint64, error) {
 	raw := c.Param("id")
 	id, err := strconv.ParseUint(raw, 10, 64)

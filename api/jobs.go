@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -167,19 +166,11 @@ func (s *Server) getJob(c echo.Context) error {
 func (s *Server) listJobs(c echo.Context) error {
 	q := c.QueryParams()
 	req := db.ListRequest{Queue: q.Get("queue"), State: db.State(q.Get("state"))}
-	if v := q.Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return invalidArgument("after %q is not a non-negative integer", v)
-		}
-		req.After = n
+	if err := queryUint(c, "after", &req.After); err != nil {
+		return err
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return invalidArgument("limit %q is not an integer", v)
-		}
-		req.Limit = n
+	if err := queryInt(c, "limit", &req.Limit); err != nil {
+		return err
 	}
 	page, err := s.store.ListJobs(c.Request().Context(), req)
 	if err != nil {

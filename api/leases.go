@@ -193,12 +193,8 @@ func (s *Server) getLease(c echo.Context) error {
 func (s *Server) listLeases(c echo.Context) error {
 	q := c.QueryParams()
 	req := db.ListLeasesRequest{Prefix: q.Get("prefix"), After: q.Get("after")}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return invalidArgument("limit %q is not an integer", v)
-		}
-		req.Limit = n
+	if err := queryInt(c, "limit", &req.Limit); err != nil {
+		return err
 	}
 	page, err := s.store.ListLeases(c.Request().Context(), req)
 	if err != nil {

@@ -479,15 +479,11 @@ func (s *Server) jobHistory(c echo.Context) error {
 		return err
 	}
 	req := db.AuditSubjectRequest{Subject: db.JobSubject(id)}
-	if v := c.QueryParam("before"); v != "" {
-		if req.Before, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return invalidArgument("before %q is not a non-negative integer", v)
-		}
+	if err := queryUint(c, "before", &req.Before); err != nil {
+		return err
 	}
-	if v := c.QueryParam("limit"); v != "" {
-		if req.Limit, err = strconv.Atoi(v); err != nil {
-			return invalidArgument("limit %q is not an integer", v)
-		}
+	if err := queryInt(c, "limit", &req.Limit); err != nil {
+		return err
 	}
 	page, err := s.store.ListAuditBySubject(c.Request().Context(), req)
 	if err != nil {
