@@ -75,8 +75,12 @@ type errorRecord struct {
 const maxErrorsKept = 10
 
 func encodeRecord(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	// The bytes go to bbolt, which keeps them until the commit: each record
+	// gets its own buffer; only the encoder is pooled.
+	buf := bytes.NewBuffer(make([]byte, 0, 256))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
 	enc.SetSortMapKeys(true)
 	if err := enc.Encode(v); err != nil {
 		return nil, err
@@ -90,7 +94,12 @@ func encodeRecord(v any) ([]byte, error) {
 // Skip walks the value without allocating and fails at the end of b, so
 // after it every claimed length is bounded by len(b).
 func unmarshalRecord(b []byte, v any) error {
-	if err := msgpack.NewDecoder(bytes.NewReader(b)).Skip(); err != nil {
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	var rd bytes.Reader
+	rd.Reset(b)
+	dec.Reset(&rd)
+	if err := dec.Skip(); err != nil {
 		return err
 	}
 	return msgpack.Unmarshal(b, v)
