@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -245,10 +249,20 @@ func (l *latencies) summaries() map[string]latencySummary {
 // bencher holds the HTTP client and the prepared request pieces.
 type bencher struct {
 	cfg    benchConfig
-	hc     *http.Client
+	hc     *http.Client // https:// servers (and http:// through a proxy)
 	stderr io.Writer
 	pad    string // payload padding
 	run    string // this run's id, in every payload
+
+	// The lean client (plain http:// only): where to dial, the Host
+	// header, the path prefix of --server and the Authorization line.
+	lean     bool
+	addr     string
+	host     string
+	prefix   string
+	auth     string
+	authErr  error
+	reqLimit time.Duration // a request that takes longer fails
 }
 
 func newBencher(cfg benchConfig, stderr io.Writer) *bencher {
@@ -270,6 +284,7 @@ func newBencher(cfg benchConfig, stderr io.Writer) *bencher {
 	}
 	b := &bencher{cfg: cfg, stderr: stderr,
 		hc: &http.Client{Transport: tr, Timeout: time.Duration(cfg.WaitMs)*time.Millisecond + time.Minute}}
+	b.setupLean()
 	// {"run":"<16 hex>","due":<19 digits>,"pad":"…"}: the due time is an
 	// offset in ns from the start of the run (latency mode; 0 otherwise),
 	// fixed width so every payload has the same size. The run id keeps jobs
@@ -303,8 +318,10 @@ func (e *httpStatusError) Error() string {
 	return fmt.Sprintf("%s %s: HTTP %d: %s", e.method, e.path, e.status, e.body)
 }
 
-// do sends one request and returns the status and body.
-func (b *bencher) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+// httpDo sends one request through net/http and returns the status and
+// body. It serves https:// servers (and http:// ones reached through a
+// proxy); plain http:// goes through the lean client (benchConn).
+func (b *bencher) httpDo(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -331,6 +348,214 @@ func (b *bencher) do(ctx context.Context, method, path string, body []byte) (int
 	return resp.StatusCode, out, nil
 }
 
+// The lean client. The load generator shares the machine with the server
+// it measures, and net/http's Transport costs it tens of microseconds of
+// CPU per request (a reader and a writer goroutine per connection, context
+// plumbing, header maps). For plain http:// servers the bench instead
+// keeps one HTTP/1.1 keep-alive connection per producer and worker, writes
+// each request itself in one Write and parses the reply with
+// http.ReadResponse. https:// servers, and http:// ones reached through a
+// proxy from the environment, keep the net/http client (httpDo).
+
+// setupLean prepares the lean client when --server allows it.
+func (b *bencher) setupLean() {
+	u, err := url.Parse(b.cfg.Server)
+	if err != nil || u.Scheme != "http" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return
+	}
+	if proxy, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil || proxy != nil {
+		return
+	}
+	b.lean = true
+	b.host, b.addr, b.prefix = u.Host, u.Host, u.EscapedPath()
+	if u.Port() == "" {
+		b.addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	if b.cfg.Token != "" {
+		if strings.ContainsFunc(b.cfg.Token, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			b.authErr = errors.New(`net/http: invalid header field value for "Authorization"`)
+		}
+		b.auth = "Authorization: Bearer " + b.cfg.Token + "\r\n"
+	}
+	b.reqLimit = time.Duration(b.cfg.WaitMs)*time.Millisecond + time.Minute
+}
+
+// appendRequest appends an HTTP/1.1 request for the lean client.
+func (b *bencher) appendRequest(buf []byte, method, path string, body []byte) []byte {
+	buf = append(buf, method...)
+	buf = append(buf, ' ')
+	buf = append(buf, b.prefix...)
+	buf = append(buf, path...)
+	buf = append(buf, " HTTP/1.1\r\nHost: "...)
+	buf = append(buf, b.host...)
+	buf = append(buf, "\r\n"...)
+	if body != nil {
+		buf = append(buf, "Content-Type: application/json\r\nContent-Length: "...)
+		buf = strconv.AppendInt(buf, int64(len(body)), 10)
+		buf = append(buf, "\r\n"...)
+	}
+	buf = append(buf, b.auth...)
+	buf = append(buf, "\r\n"...)
+	return append(buf, body...)
+}
+
+// benchConn is what one producer, worker or latency-mode send talks to the
+// server through: with the lean client, its own keep-alive connection and
+// buffers; otherwise the shared net/http client. Its context ends any
+// request blocked on it. A benchConn is used by one goroutine at a time.
+type benchConn struct {
+	b   *bencher
+	ctx context.Context
+	// Lean client only.
+	nc      net.Conn // nil: not connected
+	stop    func() bool
+	br      *bufio.Reader
+	used    bool      // nc has answered a request
+	until   time.Time // nc's deadline
+	wbuf    []byte
+	body    bytes.Buffer
+	scratch []byte // for the caller's request bodies
+}
+
+func (b *bencher) newConn(ctx context.Context) *benchConn { return &benchConn{b: b, ctx: ctx} }
+
+// do sends one request and returns the status and body. The body is only
+// valid until the next do on c.
+func (c *benchConn) do(method, path string, body []byte) (int, []byte, error) {
+	if !c.b.lean {
+		return c.b.httpDo(c.ctx, method, path, body)
+	}
+	status, out, retry, err := 0, []byte(nil), false, c.b.authErr
+	if err == nil {
+		status, out, retry, err = c.try(method, path, body)
+	}
+	if retry && c.ctx.Err() == nil {
+		// The server closed the connection while it was idle (it had
+		// answered before and nothing of this reply arrived): redial once.
+		status, out, _, err = c.try(method, path, body)
+	}
+	if err != nil {
+		if ctx := c.ctx.Err(); ctx != nil {
+			err = ctx
+		}
+		// As net/http reports it.
+		return 0, nil, &url.Error{Op: method[:1] + strings.ToLower(method[1:]), URL: c.b.cfg.Server + path, Err: err}
+	}
+	return status, out, nil
+}
+
+// try sends one request on c's connection, dialling when there is none.
+// retry tells that it failed on a connection that had answered before and
+// before anything of the reply arrived: the server most likely closed it
+// as idle and never saw the request. Any failure closes the connection.
+func (c *benchConn) try(method, path string, body []byte) (status int, out []byte, retry bool, err error) {
+	if c.nc == nil {
+		if err := c.dial(); err != nil {
+			return 0, nil, false, err
+		}
+	}
+	reused := c.used
+	fail := func(err error, mayRetry bool) (int, []byte, bool, error) {
+		c.close()
+		return 0, nil, mayRetry && reused && !errors.Is(err, os.ErrDeadlineExceeded), err
+	}
+	// The deadline bounds a request as the net/http client's Timeout did
+	// (wait_ms + 1 minute, here up to 30 s more); it is moved only when it
+	// comes closer than that. Cancelling ctx sets it in the past.
+	if now := time.Now(); c.until.Sub(now) < c.b.reqLimit {
+		c.until = now.Add(c.b.reqLimit + 30*time.Second)
+		if err := c.nc.SetDeadline(c.until); err != nil {
+			return fail(err, false)
+		}
+		if err := c.ctx.Err(); err != nil { // it may have come before this deadline
+			return fail(err, false)
+		}
+	}
+	c.wbuf = c.b.appendRequest(c.wbuf[:0], method, path, body)
+	if _, err := c.nc.Write(c.wbuf); err != nil {
+		return fail(err, true)
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		return fail(err, true)
+	}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		return fail(err, false)
+	}
+	c.body.Reset()
+	_, err = io.Copy(&c.body, resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return fail(err, false)
+	}
+	c.used = true
+	if resp.Close {
+		c.close()
+	}
+	return resp.StatusCode, c.body.Bytes(), false, nil
+}
+
+func (c *benchConn) dial() error {
+	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	nc, err := d.DialContext(c.ctx, "tcp", c.b.addr)
+	if err != nil {
+		return err
+	}
+	c.nc, c.used, c.until = nc, false, time.Time{}
+	c.stop = context.AfterFunc(c.ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	if c.br == nil {
+		c.br = bufio.NewReader(nc)
+	} else {
+		c.br.Reset(nc)
+	}
+	return nil
+}
+
+// close closes c's connection, if any; c can still be used (it redials).
+func (c *benchConn) close() {
+	if c.nc != nil {
+		c.stop()
+		c.nc.Close()
+		c.nc = nil
+	}
+}
+
+// connPool holds idle connections for latency mode, where each due job is
+// sent by its own goroutine.
+type connPool struct {
+	b    *bencher
+	ctx  context.Context
+	idle chan *benchConn
+}
+
+func (p *connPool) get() *benchConn {
+	select {
+	case c := <-p.idle:
+		return c
+	default:
+		return p.b.newConn(p.ctx)
+	}
+}
+
+func (p *connPool) put(c *benchConn) {
+	select {
+	case p.idle <- c:
+	default:
+		c.close()
+	}
+}
+
+func (p *connPool) closeAll() {
+	for {
+		select {
+		case c := <-p.idle:
+			c.close()
+		default:
+			return
+		}
+	}
+}
+
 func unexpected(method, path string, status int, body []byte) error {
 	s := strings.TrimSpace(string(body))
 	if len(s) > 300 {
@@ -347,7 +572,9 @@ type serverStats struct {
 // stats reads GET /v1/stats; ok is false when the server does not serve it.
 func (b *bencher) stats(ctx context.Context) (serverStats, bool) {
 	var st serverStats
-	status, body, err := b.do(ctx, http.MethodGet, "/v1/stats", nil)
+	c := b.newConn(ctx)
+	defer c.close()
+	status, body, err := c.do(http.MethodGet, "/v1/stats", nil)
 	if err == nil && status != http.StatusOK {
 		err = unexpected("GET", "/v1/stats", status, body)
 	}
@@ -431,6 +658,8 @@ func (b *bencher) enqueuePhase(ctx context.Context) (benchPhase, error) {
 		wg.Go(func() {
 			var d []time.Duration
 			defer func() { lat.add("enqueue", d) }()
+			c := b.newConn(ctx)
+			defer c.close()
 			var body []byte
 			for ctx.Err() == nil {
 				first := next.Add(k) - k
@@ -452,7 +681,7 @@ func (b *bencher) enqueuePhase(ctx context.Context) (benchPhase, error) {
 					body = append(body, ']')
 				}
 				t0 := time.Now()
-				status, resp, err := b.do(ctx, http.MethodPost, "/v1/jobs", body)
+				status, resp, err := c.do(http.MethodPost, "/v1/jobs", body)
 				if err != nil {
 					fe.set(err)
 					return
@@ -596,12 +825,14 @@ func (b *bencher) worker(ctx context.Context, w int, st *drainState) {
 		claimNext = fmt.Appendf(claimNext, `,"max":%d`, b.cfg.ClaimMax)
 	}
 	claimNext = append(claimNext, '}')
+	c := b.newConn(ctx)
+	defer c.close()
 	var held []benchJob
 	var body []byte
 	for ctx.Err() == nil {
 		if len(held) == 0 {
 			t0 := time.Now()
-			jobs, err := b.claim(ctx, claimBody)
+			jobs, err := b.claim(c, claimBody)
 			if err != nil {
 				if ctx.Err() == nil {
 					st.fe.set(err)
@@ -632,7 +863,7 @@ func (b *bencher) worker(ctx context.Context, w int, st *drainState) {
 		}
 		body = append(body, '}')
 		t0 := time.Now()
-		status, resp, err := b.do(ctx, http.MethodPost, path, body)
+		status, resp, err := c.do(http.MethodPost, path, body)
 		if err != nil {
 			if ctx.Err() == nil {
 				st.fe.set(err)
@@ -683,8 +914,8 @@ func (s *drainState) claimed(jobs ...benchJob) {
 }
 
 // claim sends one claim and returns the jobs it got (none on 204).
-func (b *bencher) claim(ctx context.Context, body []byte) ([]benchJob, error) {
-	status, resp, err := b.do(ctx, http.MethodPost, "/v1/claim", body)
+func (b *bencher) claim(c *benchConn, body []byte) ([]benchJob, error) {
+	status, resp, err := c.do(http.MethodPost, "/v1/claim", body)
 	if err != nil {
 		return nil, err
 	}
@@ -736,6 +967,9 @@ func (b *bencher) runLatency(ctx context.Context) (*benchReport, error) {
 		total = 1
 	}
 	var sent, late atomic.Int64
+	// The sends share idle connections (workers keep their own).
+	pool := &connPool{b: b, ctx: dctx, idle: make(chan *benchConn, max(b.cfg.Workers+8, int(b.cfg.Rate)/10+b.cfg.Workers))}
+	defer pool.closeAll()
 	var sends sync.WaitGroup
 	var enqMu sync.Mutex
 	var enqD []time.Duration
@@ -751,8 +985,10 @@ func (b *bencher) runLatency(ctx context.Context) (*benchReport, error) {
 			late.Add(1)
 		}
 		sends.Go(func() {
-			body := b.appendJob(make([]byte, 0, 64+len(b.pad)), due)
-			status, resp, err := b.do(dctx, http.MethodPost, "/v1/jobs", body)
+			c := pool.get()
+			defer pool.put(c)
+			c.scratch = b.appendJob(c.scratch[:0], due)
+			status, resp, err := c.do(http.MethodPost, "/v1/jobs", c.scratch)
 			if err != nil {
 				if dctx.Err() == nil {
 					st.fe.set(err)
