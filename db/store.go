@@ -260,10 +260,17 @@ func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 // light load it waits for exactly one commit. Under load, when fewer
 // mutations are waiting than the previous commit released, the callers just
 // answered are on their way back with their next request; the loop then
-// gathers for at most SettleTime (and never more than that commit carried),
-// which roughly halves the commits per mutation at 16 concurrent callers
-// (docs/performance.md). A lone caller — a previous commit of one — never
-// waits.
+// gathers for at most SettleTime, which roughly halves the commits per
+// mutation at 16 concurrent callers (docs/performance.md). A lone caller —
+// a previous commit of one — never waits.
+//
+// How many it waits for: the callers the previous commit released, and,
+// when that commit carried at least mergeMin and others were already
+// waiting as it ended, those too. Without the second part, closed-loop
+// callers split into two cohorts that take turns (one commits while the
+// other is on its way back) and every commit carries half of them; waiting
+// for both merges them. Below mergeMin (light or open-loop load, where the
+// callers released do not all come back) it would only add latency.
 func (s *Store) commitLoop() {
 	defer close(s.committed)
 	batch := make([]*writeOp, 0, s.opts.MaxBatch)
@@ -271,14 +278,25 @@ func (s *Store) commitLoop() {
 	settle.Stop()
 	released := 0 // mutations the previous commit carried
 	for {
+		waiting := true // mutations were waiting when the last commit ended
 		select {
 		case op := <-s.writes:
 			batch = append(batch[:0], op)
-		case <-s.closing:
-			return
+		default:
+			waiting = false
+			select {
+			case op := <-s.writes:
+				batch = append(batch[:0], op)
+			case <-s.closing:
+				return
+			}
 		}
 		s.gather(&batch)
-		if want := min(released, s.opts.MaxBatch); len(batch) < want && s.opts.SettleTime > 0 {
+		want := released
+		if waiting && released >= mergeMin {
+			want += len(batch)
+		}
+		if want = min(want, s.opts.MaxBatch); len(batch) < want && s.opts.SettleTime > 0 {
 			settle.Reset(s.opts.SettleTime)
 		wait:
 			for len(batch) < want {
@@ -301,6 +319,12 @@ func (s *Store) commitLoop() {
 		s.commitBatch(batch)
 	}
 }
+
+// mergeMin is the smallest previous commit after which the loop also waits
+// for the callers released by it when others are already waiting (see
+// commitLoop). Measured: enqueue with 16 producers +26%, commits per job
+// −28%, and no change to enqueue→claim at 500 jobs/s.
+const mergeMin = 4
 
 // gather adds every mutation already waiting, up to MaxBatch.
 func (s *Store) gather(batch *[]*writeOp) {
