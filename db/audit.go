@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -56,15 +57,11 @@ func appendAudit(tx *bolt.Tx, now time.Time, e auditEntry) error {
 	}
 	rec := auditRecord{Seq: seq + 1, Time: now.UnixNano(), Principal: e.Principal, Action: e.Action,
 		Subject: subject, Token: e.Token, Details: e.Details, PrevHash: prev}
-	h, err := auditHash(&rec)
+	v, err := sealAudit(&rec)
 	if err != nil {
 		return err
 	}
-	rec.Hash = h
-	v, err := encodeRecord(&rec)
-	if err != nil {
-		return err
-	}
+	h := rec.Hash
 	audit := tx.Bucket(bucketAudit)
 	audit.FillPercent = 1.0 // keys only ever grow: fill pages instead of splitting them half empty
 	if err := audit.Put(u64(rec.Seq), v); err != nil {
@@ -312,6 +309,43 @@ func (s *Store) AuditCounts(ctx context.Context) (AuditCounts, error) {
 		})
 	})
 	return out, err
+}
+
+// sealAudit sets rec.Hash and returns the stored encoding of rec. It
+// encodes the record once: the stored map is the hashed map (rec without
+// its hash) with the "hash" key appended, the last field, so it is that
+// encoding with its map length one higher and the key and value after it —
+// the bytes encodeRecord gives for rec with its hash set (a test holds it
+// to that). An audit record has at most 9 keys, so its map header is one
+// byte (fixmap) either way.
+func sealAudit(rec *auditRecord) ([]byte, error) {
+	c := *rec
+	c.Hash = nil
+	hashed, err := encodeRecord(&c)
+	if err != nil {
+		return nil, err
+	}
+	if len(hashed) == 0 || hashed[0]&0xf0 != 0x80 || hashed[0] == 0x8f {
+		return nil, fmt.Errorf("db: audit record does not encode as a small map (header %#x)", hashed[:min(1, len(hashed))])
+	}
+	h := sha256.New()
+	h.Write(rec.PrevHash)
+	h.Write(hashed)
+	rec.Hash = h.Sum(nil)
+
+	buf := bytes.NewBuffer(make([]byte, 0, len(hashed)+48))
+	buf.WriteByte(hashed[0] + 1)
+	buf.Write(hashed[1:])
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	if err := enc.EncodeString("hash"); err != nil {
+		return nil, err
+	}
+	if err := enc.EncodeBytes(rec.Hash); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // auditHash computes SHA-256(prev_hash ‖ msgpack(record without hash)).

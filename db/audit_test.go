@@ -296,3 +296,39 @@ func equalAudit(a, b auditRecord) bool {
 	eb, err2 := encodeRecord(&b)
 	return err1 == nil && err2 == nil && bytes.Equal(ea, eb)
 }
+
+// The record appendAudit stores (encoded once, see sealAudit) is exactly
+// the documented form: the map with its hash key, encoded as a whole, and
+// hash = SHA-256(prev_hash ‖ the map without it).
+func TestSealedAuditRecordIsTheWholeRecordEncoded(t *testing.T) {
+	prev := bytes.Repeat([]byte{7}, 32)
+	for i, rec := range []auditRecord{
+		{Seq: 1, Time: 0, PrevHash: make([]byte, 32)},
+		{Seq: 2, Time: 1_700_000_000_123_456_789, Principal: "local", Action: "claim", Subject: "job:42", Token: 3, PrevHash: prev},
+		{Seq: 1 << 40, Time: -5, Principal: "p", Action: "complete", Subject: "job:18446744073709551615", Token: 1<<64 - 1,
+			Details: map[string]string{"zeta": "1", "attestation_sha256": "ab", "reclaimed_from": "x|y"}, PrevHash: prev},
+		{Seq: 9, Principal: string(bytes.Repeat([]byte("é"), 300)), Action: "sweep", Subject: "jobs", Details: map[string]string{"deleted": "500"}, PrevHash: prev},
+	} {
+		want := rec
+		h, err := auditHash(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Hash = h
+		wantBytes, err := encodeRecord(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec
+		gotBytes, err := sealAudit(&got)
+		if err != nil {
+			t.Fatalf("record %d: sealAudit: %v", i, err)
+		}
+		if !bytes.Equal(got.Hash, h) {
+			t.Errorf("record %d: hash %x, want %x", i, got.Hash, h)
+		}
+		if !bytes.Equal(gotBytes, wantBytes) {
+			t.Errorf("record %d: stored bytes\n%x\nwant\n%x", i, gotBytes, wantBytes)
+		}
+	}
+}
