@@ -443,14 +443,7 @@ func BenchmarkDrain16(b *testing.B) {
 	b.Run("store", func(b *testing.B) {
 		s := openStore(b)
 		preloadStore(b, s, b.N)
-		ctx := context.Background()
-		before := commits(s)
-		m := startMeasure(b)
-		if err := parallel(b.N, benchConcurrency, func(w, _ int) error { return claimComplete(ctx, s, w) }); err != nil {
-			b.Fatal(err)
-		}
-		m.stop()
-		m.report(b.N, commits(s)-before)
+		claimCompleteRound(b, s, benchConcurrency)
 	})
 	b.Run("store-claim-next", func(b *testing.B) {
 		s := openStore(b)
@@ -518,6 +511,19 @@ func drainClaimNext(ctx context.Context, s *db.Store, n, workers int) error {
 	return <-errs
 }
 
+// claimCompleteRound has workers goroutines claim and complete b.N queued
+// jobs of s, one by one, and reports the round's figures.
+func claimCompleteRound(b *testing.B, s *db.Store, workers int) {
+	ctx := context.Background()
+	before := commits(s)
+	m := startMeasure(b)
+	if err := parallel(b.N, workers, func(w, _ int) error { return claimComplete(ctx, s, w) }); err != nil {
+		b.Fatal(err)
+	}
+	m.stop()
+	m.report(b.N, commits(s)-before)
+}
+
 // --- claim cost by queue depth ---------------------------------------------
 
 // BenchmarkClaimCompleteAtDepth measures claim+complete per job, by 1 and
@@ -536,15 +542,8 @@ func BenchmarkClaimCompleteAtDepth(b *testing.B) {
 			b.Run(fmt.Sprintf("depth=%s/workers=%d", count(depth), workers), func(b *testing.B) {
 				preloadStore(b, s, depth+b.N-queued)
 				queued = depth + b.N
-				ctx := context.Background()
-				before := commits(s)
-				m := startMeasure(b)
-				if err := parallel(b.N, workers, func(w, _ int) error { return claimComplete(ctx, s, w) }); err != nil {
-					b.Fatal(err)
-				}
-				m.stop()
+				claimCompleteRound(b, s, workers)
 				queued -= b.N
-				m.report(b.N, commits(s)-before)
 			})
 		}
 		if err := s.Close(); err != nil {

@@ -247,18 +247,11 @@ func BenchmarkClaimPastTimedWork(b *testing.B) {
 					b.Run(fmt.Sprintf("%s/depth=%s/workers=%d", v.name, count(depth), workers), func(b *testing.B) {
 						fill(b)
 						v.ahead(b, s, clk, b.N)
-						ctx := context.Background()
-						before := commits(s)
-						m := startMeasure(b)
-						if err := parallel(b.N, workers, func(w, _ int) error { return claimComplete(ctx, s, w) }); err != nil {
-							b.Fatal(err)
-						}
-						m.stop()
+						claimCompleteRound(b, s, workers)
 						c := queueCounts(b, s)
 						if c[bg.held] != uint64(depth) || c[db.StateAvailable]+c[db.StateClaimed]+c[db.StateScheduled] != uint64(depth) {
 							b.Fatalf("after the round: %v, want %d %s and nothing else unfinished", c, depth, bg.held)
 						}
-						m.report(b.N, commits(s)-before)
 					})
 				}
 			}
