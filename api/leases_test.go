@@ -11,31 +11,13 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/testclock"
 )
-
-// leaseClock is the store's clock in these tests; it moves when told to.
-type leaseClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *leaseClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *leaseClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // leaseServer is the real API on 127.0.0.1:0 over a bbolt file in
 // t.TempDir(), with an injected clock.
@@ -43,12 +25,12 @@ type leaseServer struct {
 	t     *testing.T
 	url   string
 	store *db.Store
-	clock *leaseClock
+	clock *testclock.Clock
 }
 
 func newLeaseServer(t *testing.T) *leaseServer {
 	t.Helper()
-	clk := &leaseClock{now: time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)}
+	clk := testclock.New(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC))
 	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -8,35 +8,17 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/testclock"
 	bolt "go.etcd.io/bbolt"
 )
 
-// statusClock is a clock the store and the API share in these tests.
-type statusClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newStatusClock() *statusClock {
-	return &statusClock{now: time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC)}
-}
-
-func (c *statusClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *statusClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newStatusClock() *testclock.Clock {
+	return testclock.New(time.Date(2026, 3, 1, 12, 0, 5, 0, time.UTC))
 }
 
 // statusView is the part of GET /v1/status the tests read.

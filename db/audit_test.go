@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/testclock"
 	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,7 +26,7 @@ import (
 //	7 a available (retried after a cancel)
 //	8 b scheduled at now+5s, failed once
 //	9 b available, idempotency key "b-2", enqueued last
-func mixedWorkload(t *testing.T, s *Store, clk *fakeClock) uint64 {
+func mixedWorkload(t *testing.T, s *Store, clk *testclock.Clock) uint64 {
 	t.Helper()
 	var changes uint64
 	ok := func(what string, err error) {

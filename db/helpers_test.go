@@ -8,38 +8,20 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/testclock"
 	bolt "go.etcd.io/bbolt"
 )
 
-// fakeClock is the store's clock in tests: it only moves when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newFakeClock() *testclock.Clock {
+	return testclock.New(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC))
 }
 
 // testOptions are the options most tests use: the fake clock and a fixed
 // jitter, so that a backoff is a known number.
-func testOptions(clk *fakeClock) Options {
+func testOptions(clk *testclock.Clock) Options {
 	return Options{Now: clk.Now, Random: func() float64 { return 0.5 }}
 }
 

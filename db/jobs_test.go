@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/testclock"
 	"github.com/fenceq/fenceq/lease"
 )
 
@@ -17,7 +18,7 @@ import (
 type env struct {
 	t   *testing.T
 	s   *Store
-	clk *fakeClock
+	clk *testclock.Clock
 }
 
 var ctx = context.Background()

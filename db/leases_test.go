@@ -11,32 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/internal/testclock"
 	"github.com/fenceq/fenceq/lease"
 	"github.com/vmihailenco/msgpack/v5"
 	bolt "go.etcd.io/bbolt"
 )
 
-// leaseClock is the store's clock in the lease tests: it moves only when
-// told to.
-type leaseClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newLeaseClock() *leaseClock {
-	return &leaseClock{now: time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *leaseClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *leaseClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+func newLeaseClock() *testclock.Clock {
+	return testclock.New(time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 // openLeaseStore opens a store at path with clock. On cleanup it checks the
@@ -67,7 +49,7 @@ func openLeaseStore(tb testing.TB, path string, clock func() time.Time) *Store {
 	return s
 }
 
-func newLeaseStore(tb testing.TB) (*Store, *leaseClock) {
+func newLeaseStore(tb testing.TB) (*Store, *testclock.Clock) {
 	tb.Helper()
 	clk := newLeaseClock()
 	return openLeaseStore(tb, filepath.Join(tb.TempDir(), "fenceq.db"), clk.Now), clk

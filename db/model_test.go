@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/testclock"
 	"pgregory.net/rapid"
 )
 
@@ -41,24 +42,6 @@ const (
 	modelMaxLease     = time.Hour
 	modelMaxToken     = uint64(4294967295)
 )
-
-// modelClock is the store's clock; it moves only when the test says so.
-type modelClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *modelClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *modelClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // mJob is a job as the model sees it.
 type mJob struct {
@@ -395,7 +378,7 @@ func (m *queueModel) retry(id uint64) (*mJob, error) {
 // modelMachine runs one sequence against a store and the model.
 type modelMachine struct {
 	store *db.Store
-	clock *modelClock
+	clock *testclock.Clock
 	model *queueModel
 	ctx   context.Context
 }
@@ -436,7 +419,7 @@ func (t *tally) String() string {
 var modelTally tally
 
 func newModelMachine(t *rapid.T, dir string) *modelMachine {
-	clock := &modelClock{now: modelStart}
+	clock := testclock.New(modelStart)
 	path := filepath.Join(dir, fmt.Sprintf("model-%d.db", modelFileSeq.Add(1)))
 	s, err := db.Open(path, db.Options{Now: clock.Now, Random: func() float64 { return 0.5 },
 		DefaultLease: modelDefaultLease, MaxLease: modelMaxLease, LockTimeout: 200 * time.Millisecond})

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/testclock"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -18,26 +18,9 @@ import (
 // file made before they existed. Names carry "status" so that they cannot
 // clash with the package's other external tests.
 
-type statusTestClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *statusTestClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *statusTestClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // openStatusStore opens a store on path with clk; on cleanup it runs Check
 // unless the test closed the store itself.
-func openStatusStore(t *testing.T, path string, clk *statusTestClock) *db.Store {
+func openStatusStore(t *testing.T, path string, clk *testclock.Clock) *db.Store {
 	t.Helper()
 	s, err := db.Open(path, db.Options{Now: clk.Now, Random: func() float64 { return 0.5 }, LockTimeout: time.Second})
 	if err != nil {
@@ -54,8 +37,8 @@ func openStatusStore(t *testing.T, path string, clk *statusTestClock) *db.Store 
 	return s
 }
 
-func newStatusStore(t *testing.T) (*db.Store, *statusTestClock) {
-	clk := &statusTestClock{now: time.Date(2030, 5, 1, 8, 0, 0, 0, time.UTC)}
+func newStatusStore(t *testing.T) (*db.Store, *testclock.Clock) {
+	clk := testclock.New(time.Date(2030, 5, 1, 8, 0, 0, 0, time.UTC))
 	return openStatusStore(t, filepath.Join(t.TempDir(), "fenceq.db"), clk), clk
 }
 
@@ -241,7 +224,7 @@ func TestStore_AuditCountsAndSubjects(t *testing.T) {
 // and the log and match what a file kept with them all along holds.
 func TestOpen_BuildsTheNewIndexesOfAnOlderFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "old.db")
-	clk := &statusTestClock{now: time.Date(2030, 5, 1, 8, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2030, 5, 1, 8, 0, 0, 0, time.UTC))
 	s := openStatusStore(t, path, clk)
 	var dead []uint64
 	for i := 0; i < 3; i++ {
