@@ -87,6 +87,15 @@ func exhaustedDeadJob(e env) uint64 {
 	return id
 }
 
+// cancelByAdmin and retryByAdmin are the admin's cancel and retry of job id.
+func cancelByAdmin(e env, id uint64) (Job, error) {
+	return e.s.CancelJob(ctx, JobRequest{Principal: "admin", ID: id})
+}
+
+func retryByAdmin(e env, id uint64) (Job, error) {
+	return e.s.RetryJob(ctx, JobRequest{Principal: "admin", ID: id})
+}
+
 func TestEnqueueJobStoresAvailableOrScheduledJobs(t *testing.T) {
 	clk := newFakeClock()
 	t0 := clk.Now()
@@ -357,49 +366,39 @@ func TestJobTransitions(t *testing.T) {
 			action: "fail",
 		},
 		{
-			name:  "cancel of an available job",
-			setup: availableJob,
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.CancelJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			name:   "cancel of an available job",
+			setup:  availableJob,
+			op:     cancelByAdmin,
 			want:   func(r *jobRecord, now int64) { r.State, r.UpdatedAt = StateCancelled, now },
 			action: "cancel",
 		},
 		{
-			name:  "cancel of a scheduled job",
-			setup: scheduledJob,
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.CancelJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			name:   "cancel of a scheduled job",
+			setup:  scheduledJob,
+			op:     cancelByAdmin,
 			want:   func(r *jobRecord, now int64) { r.State, r.UpdatedAt = StateCancelled, now },
 			action: "cancel",
 		},
 		{
 			name:  "cancel of a claimed job drops the claim",
 			setup: claimedJob,
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.CancelJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			op:    cancelByAdmin,
 			want: func(r *jobRecord, now int64) {
 				r.State, r.ClaimedBy, r.LeaseExpiresAt, r.UpdatedAt = StateCancelled, "", 0, now
 			},
 			action: "cancel",
 		},
 		{
-			name:  "cancel of a dead job",
-			setup: deadJob,
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.CancelJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			name:   "cancel of a dead job",
+			setup:  deadJob,
+			op:     cancelByAdmin,
 			want:   func(r *jobRecord, now int64) { r.State, r.UpdatedAt = StateCancelled, now },
 			action: "cancel",
 		},
 		{
 			name:  "retry of a dead job raises max_attempts to attempts+budget",
 			setup: exhaustedDeadJob,
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.RetryJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			op:    retryByAdmin,
 			want: func(r *jobRecord, now int64) {
 				r.State, r.RunAt, r.UpdatedAt = StateAvailable, now, now
 				r.MaxAttempts = 2 + 2 // attempts stay 2; the budget of 2 is granted again
@@ -409,9 +408,7 @@ func TestJobTransitions(t *testing.T) {
 		{
 			name:  "retry of a job that died early still grants a whole budget",
 			setup: deadJob, // attempts 1 of 10
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.RetryJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			op:    retryByAdmin,
 			want: func(r *jobRecord, now int64) {
 				r.State, r.RunAt, r.UpdatedAt = StateAvailable, now, now
 				r.MaxAttempts = 1 + DefaultMaxAttempts
@@ -421,9 +418,7 @@ func TestJobTransitions(t *testing.T) {
 		{
 			name:  "retry of a cancelled job",
 			setup: cancelledClaimJob, // attempts 1
-			op: func(e env, id uint64) (Job, error) {
-				return e.s.RetryJob(ctx, JobRequest{Principal: "admin", ID: id})
-			},
+			op:    retryByAdmin,
 			want: func(r *jobRecord, now int64) {
 				r.State, r.RunAt, r.UpdatedAt = StateAvailable, now, now
 				r.MaxAttempts = 1 + DefaultMaxAttempts
