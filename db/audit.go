@@ -202,17 +202,15 @@ type AuditPage struct {
 // file opened read-only that predates the index has no history to show. It
 // returns ErrInvalidArgument for a limit outside 1..MaxListLimit.
 func (s *Store) ListAuditBySubject(ctx context.Context, req AuditSubjectRequest) (AuditPage, error) {
-	if req.Limit == 0 {
-		req.Limit = DefaultListLimit
-	}
-	if req.Limit < 0 || req.Limit > MaxListLimit {
-		return AuditPage{}, fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
+	var err error
+	if req.Limit, err = listLimit(req.Limit); err != nil {
+		return AuditPage{}, err
 	}
 	if req.Subject == "" {
 		return AuditPage{}, fmt.Errorf("%w: subject is required", ErrInvalidArgument)
 	}
 	page := AuditPage{Records: []AuditRecord{}}
-	err := s.view(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		idx := tx.Bucket(bucketAuditSubject)
 		if idx == nil {
 			return nil

@@ -774,6 +774,18 @@ type JobPage struct {
 	Next uint64
 }
 
+// listLimit is a listing's page size: 0 asks for DefaultListLimit, anything
+// else must be between 1 and MaxListLimit.
+func listLimit(limit int) (int, error) {
+	if limit == 0 {
+		return DefaultListLimit, nil
+	}
+	if limit < 0 || limit > MaxListLimit {
+		return 0, fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
+	}
+	return limit, nil
+}
+
 // ListJobs returns jobs matching req in id order. A page scans at most
 // listScanBudget records, so a selective filter over a large file returns a
 // short page with a Next cursor rather than holding a read transaction long.
@@ -786,14 +798,12 @@ func (s *Store) ListJobs(ctx context.Context, req ListRequest) (JobPage, error) 
 	if req.State != "" && !ValidState(req.State) {
 		return JobPage{}, fmt.Errorf("%w: state %q is not one of available, scheduled, claimed, completed, dead, cancelled", ErrInvalidArgument, req.State)
 	}
-	if req.Limit == 0 {
-		req.Limit = DefaultListLimit
-	}
-	if req.Limit < 0 || req.Limit > MaxListLimit {
-		return JobPage{}, fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
+	var err error
+	if req.Limit, err = listLimit(req.Limit); err != nil {
+		return JobPage{}, err
 	}
 	page := JobPage{Jobs: []Job{}}
-	err := s.view(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		if req.After == ^uint64(0) {
 			return nil
 		}

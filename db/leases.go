@@ -462,14 +462,12 @@ type LeasePage struct {
 // expired ones included (their tokens are what the next acquire builds on).
 // It returns ErrInvalidArgument for a limit outside 1..MaxListLimit.
 func (s *Store) ListLeases(ctx context.Context, req ListLeasesRequest) (LeasePage, error) {
-	if req.Limit == 0 {
-		req.Limit = DefaultListLimit
-	}
-	if req.Limit < 0 || req.Limit > MaxListLimit {
-		return LeasePage{}, fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
+	var err error
+	if req.Limit, err = listLimit(req.Limit); err != nil {
+		return LeasePage{}, err
 	}
 	page := LeasePage{Leases: []Lease{}}
-	err := s.view(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketLeases)
 		if b == nil {
 			return nil

@@ -26,13 +26,9 @@ func normalizeIndexList(req *IndexListRequest) error {
 			return err
 		}
 	}
-	if req.Limit == 0 {
-		req.Limit = DefaultListLimit
-	}
-	if req.Limit < 0 || req.Limit > MaxListLimit {
-		return fmt.Errorf("%w: limit must be between 1 and %d", ErrInvalidArgument, MaxListLimit)
-	}
-	return nil
+	var err error
+	req.Limit, err = listLimit(req.Limit)
+	return err
 }
 
 // ListClaimedJobs returns up to req.Limit claimed jobs from the claimed
