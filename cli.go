@@ -651,7 +651,13 @@ func auditCLI(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return cliError(c, err)
 	}
-	if *asJSON {
+	return printAuditReport(stdout, rep, *asJSON, "the server at "+c.BaseURL())
+}
+
+// printAuditReport prints a chain verification, the server's or a file's,
+// in one format, and returns an error naming what when the chain is broken.
+func printAuditReport(stdout io.Writer, rep client.AuditReport, asJSON bool, what string) error {
+	if asJSON {
 		if err := printJSON(stdout, rep); err != nil {
 			return err
 		}
@@ -661,7 +667,7 @@ func auditCLI(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "BROKEN at sequence %d: %s (head %d %s)\n", rep.FirstBroken, rep.Reason, rep.HeadSeq, rep.HeadHash)
 	}
 	if !rep.OK {
-		return fmt.Errorf("audit chain of the server at %s is broken at sequence %d", c.BaseURL(), rep.FirstBroken)
+		return fmt.Errorf("audit chain of %s is broken at sequence %d", what, rep.FirstBroken)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api"
+	"github.com/fenceq/fenceq/api/client"
 	"github.com/fenceq/fenceq/db"
 )
 
@@ -63,21 +63,8 @@ func auditCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(api.AuditReportJSON(rep)); err != nil {
-			return err
-		}
-	} else if rep.OK {
-		fmt.Fprintf(stdout, "ok: %d records, head %d %s\n", rep.Records, rep.HeadSeq, rep.HeadHash)
-	} else {
-		fmt.Fprintf(stdout, "BROKEN at sequence %d: %s (head %d %s)\n", rep.FirstBroken, rep.Reason, rep.HeadSeq, rep.HeadHash)
-	}
-	if !rep.OK {
-		return fmt.Errorf("audit chain of %s is broken at sequence %d", *path, rep.FirstBroken)
-	}
-	return nil
+	return printAuditReport(stdout, client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
+		HeadHash: rep.HeadHash, FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *asJSON, *path)
 }
 
 // verifyFileAudit opens path read-only. When a server holds the file (its

@@ -56,9 +56,9 @@ type auditReportResponse struct {
 	Reason      string `json:"reason,omitempty"`
 }
 
-// AuditReportJSON is the JSON form of an audit report, shared with the
-// command line's "audit verify --json".
-func AuditReportJSON(r db.AuditReport) any {
+// auditReportJSON is the JSON form of an audit report (GET /v1/audit/verify
+// and the status page's audit head).
+func auditReportJSON(r db.AuditReport) auditReportResponse {
 	return auditReportResponse{OK: r.OK, Records: r.Records, HeadSeq: r.HeadSeq, HeadHash: r.HeadHash,
 		FirstBroken: r.FirstBroken, Reason: r.Reason}
 }
@@ -70,7 +70,7 @@ func (s *Server) verifyAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, AuditReportJSON(rep))
+	return c.JSON(http.StatusOK, auditReportJSON(rep))
 }
 
 // refusalCounter counts refused requests by route and code. Refusals change

@@ -467,7 +467,7 @@ func (s *Server) auditVerified(ctx context.Context, head db.AuditHead) *auditVer
 	if !rep.OK {
 		s.log.Error("audit chain does not verify", "first_broken", rep.FirstBroken, "reason", rep.Reason)
 	}
-	return &auditVerifiedResponse{auditReportResponse: AuditReportJSON(rep).(auditReportResponse), CheckedAt: at.UTC()}
+	return &auditVerifiedResponse{auditReportResponse: auditReportJSON(rep), CheckedAt: at.UTC()}
 }
 
 // jobHistory: GET /v1/jobs/{id}/history?before=&limit= → the job's audit
