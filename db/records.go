@@ -106,8 +106,15 @@ func unmarshalRecord(b []byte, v any) error {
 }
 
 func decodeJob(b []byte) (*jobRecord, error) {
+	// jobRecord decodes itself and bounds its allocations (DecodeMsgpack),
+	// so the walk unmarshalRecord makes first is not needed here.
 	var r jobRecord
-	if err := unmarshalRecord(b, &r); err != nil {
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	var rd bytes.Reader
+	rd.Reset(b)
+	dec.Reset(&rd)
+	if err := r.DecodeMsgpack(dec); err != nil {
 		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
 	}
 	if r.V == 0 || r.V > jobRecordVersion || r.ID == 0 || !ValidState(r.State) {
