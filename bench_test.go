@@ -18,7 +18,7 @@ import (
 
 // runBench runs "fenceq bench --json" (the real binary) against base and
 // decodes its report.
-func runBench(t *testing.T, base string, args ...string) benchReport {
+func runBench(t testing.TB, base string, args ...string) benchReport {
 	t.Helper()
 	p := start(t, nil, append([]string{"bench", "--server", base, "--json"}, args...)...)
 	if code := p.exit(t, 2*time.Minute); code != 0 {

@@ -83,7 +83,7 @@ func cleanEnv(env ...string) []string {
 
 // start runs the binary with args and env; the process is killed at cleanup
 // if the test did not end it.
-func start(t *testing.T, env []string, args ...string) *proc {
+func start(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(fenceqBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = cleanEnv(env...)
@@ -107,7 +107,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 }
 
 // exit waits up to timeout for the process to end and returns its exit code.
-func (p *proc) exit(t *testing.T, timeout time.Duration) int {
+func (p *proc) exit(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -136,7 +136,7 @@ func runFenceq(t *testing.T, env []string, args ...string) (code int, stdout, st
 var listenRE = regexp.MustCompile(`msg="fenceq serving".* listen=http://(\S+)`)
 
 // addr waits for the "fenceq serving" line and returns the base URL.
-func (p *proc) addr(t *testing.T) string {
+func (p *proc) addr(t testing.TB) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -153,9 +153,33 @@ func (p *proc) addr(t *testing.T) string {
 	return ""
 }
 
+// startTestHelper runs this test binary again as a helper process: env
+// (added to this process's) makes an init function run the helper instead
+// of tests. Its stderr is this process's.
+func startTestHelper(t testing.TB, env ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the test helper %v: %v", env, err)
+	}
+	return cmd, stdin, stdout
+}
+
 // startServing starts "fenceq serve" on a fresh file (or the one in args) and
 // returns the process and its base URL.
-func startServing(t *testing.T, env []string, args ...string) (*proc, string) {
+func startServing(t testing.TB, env []string, args ...string) (*proc, string) {
 	t.Helper()
 	p := start(t, env, append([]string{"serve"}, args...)...)
 	return p, p.addr(t)

@@ -106,25 +106,8 @@ type pauseWorker struct {
 
 func startPauseWorker(t *testing.T, base, worker string, lease, heartbeat time.Duration) *pauseWorker {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FENCEQ_TEST_PAUSE_WORKER=1", "PAUSE_URL="+base, "PAUSE_WORKER="+worker,
+	cmd, stdin, stdout := startTestHelper(t, "FENCEQ_TEST_PAUSE_WORKER=1", "PAUSE_URL="+base, "PAUSE_WORKER="+worker,
 		fmt.Sprintf("PAUSE_LEASE_MS=%d", lease.Milliseconds()), fmt.Sprintf("PAUSE_HEARTBEAT_MS=%d", heartbeat.Milliseconds()))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the worker helper: %v", err)
-	}
 	w := &pauseWorker{cmd: cmd, stdin: stdin, lines: make(chan string, 100), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
