@@ -2,6 +2,7 @@ package db
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -18,115 +19,126 @@ import (
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (r *jobRecord) EncodeMsgpack(enc *msgpack.Encoder) error {
-	n := 10 // v id q s a ma bu ra ca ua: always written
-	for _, set := range [...]bool{r.Kind != "", len(r.Payload) > 0, r.Priority != 0,
-		r.ClaimedBy != "", r.LeaseExpiresAt != 0, r.CompletedAt != 0, r.LastError != "",
-		len(r.Errors) > 0, len(r.Result) > 0, len(r.Attestation) > 0, r.IdempotencyKey != ""} {
-		if set {
-			n++
-		}
-	}
-	w := recordWriter{enc: enc}
-	w.err = enc.EncodeMapLen(n)
-	w.uint8("v", r.V)
-	w.uint64("id", r.ID)
-	w.string("q", r.Queue)
-	if r.Kind != "" {
-		w.string("k", r.Kind)
-	}
-	if len(r.Payload) > 0 {
-		w.bytes("p", r.Payload)
-	}
-	if r.Priority != 0 {
-		w.int64("pr", r.Priority)
-	}
-	w.string("s", string(r.State))
-	w.uint64("a", r.Attempts)
-	w.uint64("ma", r.MaxAttempts)
-	w.uint64("bu", r.Budget)
-	if r.ClaimedBy != "" {
-		w.string("cb", r.ClaimedBy)
-	}
-	if r.LeaseExpiresAt != 0 {
-		w.int64("lx", r.LeaseExpiresAt)
-	}
-	w.int64("ra", r.RunAt)
-	w.int64("ca", r.CreatedAt)
-	w.int64("ua", r.UpdatedAt)
-	if r.CompletedAt != 0 {
-		w.int64("co", r.CompletedAt)
-	}
-	if r.LastError != "" {
-		w.string("le", r.LastError)
-	}
-	if len(r.Errors) > 0 {
-		w.key("er")
-		if w.err == nil {
-			w.err = enc.EncodeArrayLen(len(r.Errors))
-		}
-		for i := range r.Errors {
-			e := &r.Errors[i]
-			if w.err == nil {
-				w.err = enc.EncodeMapLen(3)
-			}
-			w.uint64("a", e.Attempt)
-			w.int64("t", e.At)
-			w.string("e", e.Error)
-		}
-	}
-	if len(r.Result) > 0 {
-		w.bytes("r", r.Result)
-	}
-	if len(r.Attestation) > 0 {
-		w.bytes("at", r.Attestation)
-	}
-	if r.IdempotencyKey != "" {
-		w.string("ik", r.IdempotencyKey)
+	w := recordWriter{enc: enc, counting: true}
+	r.fields(&w)
+	if w.startWriting() {
+		r.fields(&w)
 	}
 	return w.err
 }
 
-// recordWriter writes map entries and keeps the first error.
-type recordWriter struct {
-	enc *msgpack.Encoder
-	err error
+// fields lists the record's map entries in declaration order, leaving out
+// the omitempty ones that are empty.
+func (r *jobRecord) fields(w *recordWriter) {
+	field(w, "v", r.V, encUint8)
+	field(w, "id", r.ID, encUint64)
+	field(w, "q", r.Queue, encString)
+	if r.Kind != "" {
+		field(w, "k", r.Kind, encString)
+	}
+	if len(r.Payload) > 0 {
+		field(w, "p", r.Payload, encBytes)
+	}
+	if r.Priority != 0 {
+		field(w, "pr", r.Priority, encInt64)
+	}
+	field(w, "s", string(r.State), encString)
+	field(w, "a", r.Attempts, encUint64)
+	field(w, "ma", r.MaxAttempts, encUint64)
+	field(w, "bu", r.Budget, encUint64)
+	if r.ClaimedBy != "" {
+		field(w, "cb", r.ClaimedBy, encString)
+	}
+	if r.LeaseExpiresAt != 0 {
+		field(w, "lx", r.LeaseExpiresAt, encInt64)
+	}
+	field(w, "ra", r.RunAt, encInt64)
+	field(w, "ca", r.CreatedAt, encInt64)
+	field(w, "ua", r.UpdatedAt, encInt64)
+	if r.CompletedAt != 0 {
+		field(w, "co", r.CompletedAt, encInt64)
+	}
+	if r.LastError != "" {
+		field(w, "le", r.LastError, encString)
+	}
+	if len(r.Errors) > 0 {
+		field(w, "er", r.Errors, encodeErrorRecords)
+	}
+	if len(r.Result) > 0 {
+		field(w, "r", r.Result, encBytes)
+	}
+	if len(r.Attestation) > 0 {
+		field(w, "at", r.Attestation, encBytes)
+	}
+	if r.IdempotencyKey != "" {
+		field(w, "ik", r.IdempotencyKey, encString)
+	}
 }
 
-func (w *recordWriter) key(k string) {
+func encodeErrorRecords(enc *msgpack.Encoder, errs []errorRecord) error {
+	err := enc.EncodeArrayLen(len(errs))
+	for i := 0; i < len(errs) && err == nil; i++ {
+		err = errs[i].encode(enc)
+	}
+	return err
+}
+
+func (e *errorRecord) encode(enc *msgpack.Encoder) error {
+	w := recordWriter{enc: enc, counting: true}
+	e.fields(&w)
+	if w.startWriting() {
+		e.fields(&w)
+	}
+	return w.err
+}
+
+func (e *errorRecord) fields(w *recordWriter) {
+	field(w, "a", e.Attempt, encUint64)
+	field(w, "t", e.At, encInt64)
+	field(w, "e", e.Error, encString)
+}
+
+// recordWriter is what a record's field list writes to: a first pass
+// counts the entries (the map header comes first), a second writes them.
+// Each record runs the two passes itself, with direct calls: through an
+// interface the writer would move to the heap at every encoding.
+type recordWriter struct {
+	enc      *msgpack.Encoder
+	counting bool
+	n        int
+	err      error // the first error of the writing pass
+}
+
+// startWriting ends the counting pass and writes the map header.
+func (w *recordWriter) startWriting() bool {
+	w.counting = false
+	w.err = w.enc.EncodeMapLen(w.n)
+	return w.err == nil
+}
+
+// field writes the entry k: v (or counts it) with the encoder's method for
+// v's type, the one msgpack's reflection uses for it.
+func field[T any](w *recordWriter, k string, v T, encode func(*msgpack.Encoder, T) error) {
+	if w.counting {
+		w.n++
+		return
+	}
 	if w.err == nil {
 		w.err = w.enc.EncodeString(k)
 	}
-}
-
-func (w *recordWriter) string(k, v string) {
-	if w.key(k); w.err == nil {
-		w.err = w.enc.EncodeString(v)
+	if w.err == nil {
+		w.err = encode(w.enc, v)
 	}
 }
 
-func (w *recordWriter) bytes(k string, v []byte) {
-	if w.key(k); w.err == nil {
-		w.err = w.enc.EncodeBytes(v)
-	}
-}
-
-func (w *recordWriter) uint8(k string, v uint8) {
-	if w.key(k); w.err == nil {
-		w.err = w.enc.EncodeUint8(v)
-	}
-}
-
-func (w *recordWriter) uint64(k string, v uint64) {
-	if w.key(k); w.err == nil {
-		w.err = w.enc.EncodeUint64(v)
-	}
-}
-
-func (w *recordWriter) int64(k string, v int64) {
-	if w.key(k); w.err == nil {
-		w.err = w.enc.EncodeInt64(v)
-	}
-}
+// The encoder methods of the field types, at their fixed widths.
+var (
+	encString = (*msgpack.Encoder).EncodeString
+	encBytes  = (*msgpack.Encoder).EncodeBytes
+	encUint8  = (*msgpack.Encoder).EncodeUint8
+	encUint64 = (*msgpack.Encoder).EncodeUint64
+	encInt64  = (*msgpack.Encoder).EncodeInt64
+)
 
 // DecodeMsgpack implements msgpack.CustomDecoder. Like the reflective
 // decoder it takes the fields in any order, skips keys it does not know and
@@ -191,7 +203,7 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 		case "le":
 			r.LastError, err = dec.DecodeString()
 		case "er":
-			r.Errors, err = decodeErrorRecords(dec)
+			r.Errors, err = decodeErrorRecords(dec, &keyBuf)
 		case "r":
 			r.Result, err = readRecordBytes(dec)
 		case "at":
@@ -208,14 +220,13 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return nil
 }
 
-func decodeErrorRecords(dec *msgpack.Decoder) ([]errorRecord, error) {
+func decodeErrorRecords(dec *msgpack.Decoder, keyBuf *[recordKeyMax]byte) ([]errorRecord, error) {
 	n, err := dec.DecodeArrayLen()
 	if err != nil || n < 0 {
 		return nil, err // n < 0: nil
 	}
 	// n is only claimed: grow with what is actually there.
 	out := make([]errorRecord, 0, min(n, maxErrorsKept))
-	var keyBuf [recordKeyMax]byte
 	for range n {
 		out = append(out, errorRecord{})
 		e := &out[len(out)-1]
@@ -224,7 +235,7 @@ func decodeErrorRecords(dec *msgpack.Decoder) ([]errorRecord, error) {
 			return nil, err
 		}
 		for range m {
-			k, err := readRecordKey(dec, &keyBuf)
+			k, err := readRecordKey(dec, keyBuf)
 			if err != nil {
 				return nil, err
 			}
@@ -250,36 +261,37 @@ func decodeErrorRecords(dec *msgpack.Decoder) ([]errorRecord, error) {
 // key of a record is shorter.
 const recordKeyMax = 8
 
-// readRecordKey reads a map key into buf without allocating. A longer key
-// (no field of ours) is read through in small pieces and returned empty,
-// which matches no field.
+// readRecordKey reads a map key into buf, which one decode reuses for all
+// its keys instead of allocating a string for each. A longer key
+// (no field of ours) is read through and returned empty, which matches no
+// field.
 func readRecordKey(dec *msgpack.Decoder, buf *[recordKeyMax]byte) ([]byte, error) {
 	n, err := dec.DecodeBytesLen()
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	if n <= len(buf) {
-		err := dec.ReadFull(buf[:n])
-		return buf[:n], err
+	if n > len(buf) {
+		_, err := readArrivingBytes(dec, n)
+		return nil, err
 	}
-	for n > 0 {
-		chunk := min(n, len(buf))
-		if err := dec.ReadFull(buf[:chunk]); err != nil {
-			return nil, err
-		}
-		n -= chunk
-	}
-	return nil, nil
+	err = dec.ReadFull(buf[:n])
+	return buf[:n], err
 }
 
 // readRecordBytes reads a bin (or str) value. msgpack's DecodeBytes
 // allocates the length its header claims before reading; this grows the
-// slice only as the bytes arrive.
+// slice only as the bytes arrive (readArrivingBytes).
 func readRecordBytes(dec *msgpack.Decoder) ([]byte, error) {
 	n, err := dec.DecodeBytesLen()
 	if err != nil || n < 0 {
 		return nil, err
 	}
+	return readArrivingBytes(dec, n)
+}
+
+// readArrivingBytes reads the n bytes a header claimed, allocating at most
+// 64 KiB ahead of those actually read.
+func readArrivingBytes(dec *msgpack.Decoder, n int) ([]byte, error) {
 	const firstRead = 64 << 10
 	b := make([]byte, 0, min(n, firstRead))
 	for len(b) < n {
@@ -300,38 +312,48 @@ func readRecordBytes(dec *msgpack.Decoder) ([]byte, error) {
 // details, which TestAuditRecordEncodingMatchesReflection holds it to. It
 // sorts whatever the encoder's settings, so the hash never depends on them.
 func (r *auditRecord) EncodeMsgpack(enc *msgpack.Encoder) error {
-	n := 7 // seq time principal action subject token prev_hash
-	if len(r.Details) > 0 {
-		n++
-	}
-	if len(r.Hash) > 0 {
-		n++
-	}
-	w := recordWriter{enc: enc}
-	w.err = enc.EncodeMapLen(n)
-	w.uint64("seq", r.Seq)
-	w.int64("time", r.Time)
-	w.string("principal", r.Principal)
-	w.string("action", r.Action)
-	w.string("subject", r.Subject)
-	w.uint64("token", r.Token)
-	if len(r.Details) > 0 {
-		w.key("details")
-		if w.err == nil {
-			w.err = enc.EncodeMapLen(len(r.Details))
-		}
-		keys := make([]string, 0, len(r.Details))
-		for k := range r.Details {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			w.string(k, r.Details[k])
-		}
-	}
-	w.bytes("prev_hash", r.PrevHash)
-	if len(r.Hash) > 0 {
-		w.bytes("hash", r.Hash)
+	w := recordWriter{enc: enc, counting: true}
+	r.fields(&w)
+	if w.startWriting() {
+		r.fields(&w)
 	}
 	return w.err
+}
+
+func (r *auditRecord) fields(w *recordWriter) {
+	field(w, "seq", r.Seq, encUint64)
+	field(w, "time", r.Time, encInt64)
+	field(w, "principal", r.Principal, encString)
+	field(w, "action", r.Action, encString)
+	field(w, "subject", r.Subject, encString)
+	field(w, "token", r.Token, encUint64)
+	if len(r.Details) > 0 {
+		field(w, "details", r.Details, encodeSortedDetails)
+	}
+	field(w, "prev_hash", r.PrevHash, encBytes)
+	if len(r.Hash) > 0 {
+		field(w, "hash", r.Hash, encBytes)
+	}
+}
+
+// sortedDetails lists a details map's entries in key order.
+type sortedDetails struct {
+	keys []string
+	m    map[string]string
+}
+
+func encodeSortedDetails(enc *msgpack.Encoder, details map[string]string) error {
+	d := sortedDetails{keys: slices.Sorted(maps.Keys(details)), m: details}
+	w := recordWriter{enc: enc, counting: true}
+	d.fields(&w)
+	if w.startWriting() {
+		d.fields(&w)
+	}
+	return w.err
+}
+
+func (d *sortedDetails) fields(w *recordWriter) {
+	for _, k := range d.keys {
+		field(w, k, d.m[k], encString)
+	}
 }

@@ -94,27 +94,27 @@ func encodeRecord(v any) ([]byte, error) {
 // Skip walks the value without allocating and fails at the end of b, so
 // after it every claimed length is bounded by len(b).
 func unmarshalRecord(b []byte, v any) error {
+	if err := decodeWith(b, (*msgpack.Decoder).Skip); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
+}
+
+// decodeWith runs decode on a pooled decoder reading b.
+func decodeWith(b []byte, decode func(*msgpack.Decoder) error) error {
 	dec := msgpack.GetDecoder()
 	defer msgpack.PutDecoder(dec)
 	var rd bytes.Reader
 	rd.Reset(b)
 	dec.Reset(&rd)
-	if err := dec.Skip(); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(b, v)
+	return decode(dec)
 }
 
 func decodeJob(b []byte) (*jobRecord, error) {
 	// jobRecord decodes itself and bounds its allocations (DecodeMsgpack),
 	// so the walk unmarshalRecord makes first is not needed here.
 	var r jobRecord
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	var rd bytes.Reader
-	rd.Reset(b)
-	dec.Reset(&rd)
-	if err := r.DecodeMsgpack(dec); err != nil {
+	if err := decodeWith(b, r.DecodeMsgpack); err != nil {
 		return nil, fmt.Errorf("%w: job: %v", ErrCorrupt, err)
 	}
 	if r.V == 0 || r.V > jobRecordVersion || r.ID == 0 || !ValidState(r.State) {
