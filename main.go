@@ -248,7 +248,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, MaxWait: cfg.writeTimeout * 4 / 5})
+		Principals: principals, WriteTimeout: cfg.writeTimeout})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,

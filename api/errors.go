@@ -61,7 +61,13 @@ func toAPIError(err error) (*Error, bool) {
 		return &Error{http.StatusServiceUnavailable, "unavailable",
 			"the disk holding the queue is full (no space left on device): the request was not committed; retry when space has been freed"}, false
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request's own deadline (Config.WriteTimeout) passed before
+		// its mutation was taken into a commit: nothing was written.
+		return &Error{http.StatusServiceUnavailable, "unavailable",
+			"the server could not take the request before its deadline: nothing was committed; retry"}, true
+	}
+	if errors.Is(err, context.Canceled) {
 		// The client went away (a long-poll it stopped waiting for); the
 		// reply is for nobody, and it is not a server fault.
 		return &Error{499, "cancelled", "the request was cancelled by the client"}, true
@@ -115,7 +121,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.Error("internal error", "method", req.Method, "path", req.URL.Path, "err", err)
 	} else {
 		// Refusals change nothing and are not audited; they are counted and logged.
-		s.refusals.add(req.Method+" "+c.Path(), apiErr.Code)
+		method, route := routeLabels(c)
+		s.refusals.add(method+" "+route, apiErr.Code)
 		s.log.Info("refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
 			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
 	}

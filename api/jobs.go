@@ -116,7 +116,7 @@ func (s *Server) enqueue(c echo.Context) error {
 	batch := bytes.HasPrefix(bytes.TrimSpace(body), []byte("["))
 	var bodies []enqueueBody
 	if batch {
-		err = decodeJSON(body, &bodies, false)
+		bodies, err = decodeJSONList[enqueueBody](body, db.MaxEnqueueBatch, "jobs")
 		if err == nil && len(bodies) == 0 {
 			err = invalidArgument("the list of jobs is empty")
 		}

@@ -23,6 +23,7 @@ const (
 	MaxDelay           = 366 * 24 * time.Hour
 	MaxQueuesPerClaim  = 32
 	MaxClaimBatch      = 1000
+	MaxEnqueueBatch    = 1000
 	MaxListLimit       = 1000
 	DefaultListLimit   = 100
 	maxKindBytes       = 128
@@ -82,6 +83,9 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []EnqueueRequest) ([]Enque
 	if len(reqs) == 0 {
 		return nil, fmt.Errorf("%w: no jobs to enqueue", ErrInvalidArgument)
 	}
+	if len(reqs) > MaxEnqueueBatch {
+		return nil, fmt.Errorf("%w: %d jobs in one enqueue; the limit is %d", ErrInvalidArgument, len(reqs), MaxEnqueueBatch)
+	}
 	reqs = append([]EnqueueRequest(nil), reqs...) // defaults are filled in; the caller's slice stays as given
 	for i := range reqs {
 		if err := s.normalizeEnqueue(&reqs[i]); err != nil {
@@ -92,7 +96,7 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []EnqueueRequest) ([]Enque
 		}
 	}
 	var results []EnqueueResult
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.updateItems(ctx, len(reqs), func(tx *bolt.Tx) error {
 		now := s.opts.Now()
 		results = make([]EnqueueResult, 0, len(reqs))
 		for _, req := range reqs {
@@ -221,7 +225,7 @@ func (s *Store) claimNow(ctx context.Context, req ClaimRequest) ([]Job, error) {
 		return nil, err
 	}
 	var jobs []Job
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.updateItems(ctx, req.Max, func(tx *bolt.Tx) error {
 		jobs = nil
 		return s.claimInTx(tx, s.opts.Now(), req, &jobs)
 	})
@@ -565,7 +569,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req CompleteRequest, ne
 		job  Job
 		jobs []Job
 	)
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.updateItems(ctx, 1+next.Max, func(tx *bolt.Tx) error {
 		now := s.opts.Now()
 		rec, err := s.complete(tx, now, req)
 		if err != nil {

@@ -44,6 +44,12 @@ type Options struct {
 	ReadOnly bool
 	// MaxBatch bounds how many mutations share one commit. Default 256.
 	MaxBatch int
+	// MaxCommitItems bounds the work of one commit, counted in the records
+	// its mutations may write (a list enqueue of 1,000 jobs counts 1,000),
+	// so that every commit ends well inside a server's write timeout however
+	// the mutations waiting for it are made up. A single mutation larger
+	// than this is still committed, alone. Default 4096.
+	MaxCommitItems int
 	// SettleTime is the longest a commit waits, under load only, for the
 	// callers of the previous commit to come back (see commitLoop).
 	// Default 500µs; negative disables it.
@@ -81,6 +87,9 @@ func (o *Options) setDefaults() {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 256
 	}
+	if o.MaxCommitItems <= 0 {
+		o.MaxCommitItems = 4096
+	}
 	if o.SettleTime == 0 {
 		o.SettleTime = 500 * time.Microsecond
 	}
@@ -100,6 +109,9 @@ type Store struct {
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
+
+	held       *writeOp // taken by the commit loop but over the last commit's item budget; committer goroutine only
+	batchItems int      // items of the batch being gathered; committer goroutine only
 
 	waiters     waiters     // long-polling claims
 	onAbort     []func()    // run if the commit in progress fails; committer goroutine only
@@ -222,9 +234,10 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 
 // writeOp is one mutation waiting for a shared commit.
 type writeOp struct {
-	fn   func(tx *bolt.Tx) error
-	err  error
-	done chan struct{}
+	fn    func(tx *bolt.Tx) error
+	items int // records it may write, at least 1 (Options.MaxCommitItems)
+	err   error
+	done  chan struct{}
 }
 
 // update runs fn inside a write transaction shared with other concurrent
@@ -233,13 +246,21 @@ type writeOp struct {
 // the shared transaction to the others, any other error aborts it and fails
 // every mutation in it. fn runs exactly once.
 func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return s.updateItems(ctx, 1, fn)
+}
+
+// updateItems is update for a mutation that may write up to items records.
+// Until the commit loop takes it, the wait ends with ctx: a caller whose
+// deadline passes while commits ahead of it run gets ctx's error and
+// nothing is written.
+func (s *Store) updateItems(ctx context.Context, items int, fn func(tx *bolt.Tx) error) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("db: store is read-only")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &writeOp{fn: fn, done: make(chan struct{})}
+	op := &writeOp{fn: fn, items: max(items, 1), done: make(chan struct{})}
 	select {
 	case s.writes <- op:
 	case <-s.closing:
@@ -279,16 +300,22 @@ func (s *Store) commitLoop() {
 	released := 0 // mutations the previous commit carried
 	for {
 		waiting := true // mutations were waiting when the last commit ended
-		select {
-		case op := <-s.writes:
-			batch = append(batch[:0], op)
-		default:
-			waiting = false
+		batch, s.batchItems = batch[:0], 0
+		if op := s.held; op != nil {
+			s.held = nil
+			s.take(&batch, op)
+		} else {
 			select {
 			case op := <-s.writes:
-				batch = append(batch[:0], op)
-			case <-s.closing:
-				return
+				s.take(&batch, op)
+			default:
+				waiting = false
+				select {
+				case op := <-s.writes:
+					s.take(&batch, op)
+				case <-s.closing:
+					return
+				}
 			}
 		}
 		s.gather(&batch)
@@ -299,11 +326,12 @@ func (s *Store) commitLoop() {
 		if want = min(want, s.opts.MaxBatch); len(batch) < want && s.opts.SettleTime > 0 {
 			settle.Reset(s.opts.SettleTime)
 		wait:
-			for len(batch) < want {
+			for len(batch) < want && s.held == nil {
 				select {
 				case op := <-s.writes:
-					batch = append(batch, op)
-					s.gather(&batch)
+					if s.take(&batch, op) {
+						s.gather(&batch)
+					}
 				case <-settle.C:
 					break wait
 				}
@@ -326,16 +354,30 @@ func (s *Store) commitLoop() {
 // −28%, and no change to enqueue→claim at 500 jobs/s.
 const mergeMin = 4
 
-// gather adds every mutation already waiting, up to MaxBatch.
+// gather adds every mutation already waiting, up to MaxBatch mutations and
+// MaxCommitItems items.
 func (s *Store) gather(batch *[]*writeOp) {
-	for len(*batch) < s.opts.MaxBatch {
+	for len(*batch) < s.opts.MaxBatch && s.held == nil {
 		select {
 		case op := <-s.writes:
-			*batch = append(*batch, op)
+			s.take(batch, op)
 		default:
 			return
 		}
 	}
+}
+
+// take adds op to the batch unless it would carry the batch past
+// MaxCommitItems; then op is held for the next commit (which it starts) and
+// take reports false. A batch's first mutation is always taken.
+func (s *Store) take(batch *[]*writeOp, op *writeOp) bool {
+	if len(*batch) > 0 && s.batchItems+op.items > s.opts.MaxCommitItems {
+		s.held = op
+		return false
+	}
+	*batch = append(*batch, op)
+	s.batchItems += op.items
+	return true
 }
 
 func (s *Store) commitBatch(batch []*writeOp) {
