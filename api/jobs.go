@@ -98,6 +98,11 @@ func (b enqueueBody) request(principal string) (db.EnqueueRequest, error) {
 		if err != nil {
 			return req, invalidArgument("run_at %q is not an RFC 3339 time", b.RunAt)
 		}
+		if t.Year() < 1970 {
+			// Refused here, not in the store: year 1 is the zero time,
+			// which the store reads as "run_at not given".
+			return req, invalidArgument("run_at %q is before 1970", b.RunAt)
+		}
 		req.RunAt = t
 	}
 	d, err := msDuration("delay_ms", b.DelayMs)

@@ -168,6 +168,9 @@ func (s *Store) enqueue(tx *bolt.Tx, now time.Time, req EnqueueRequest) (Enqueue
 	if runAt.IsZero() {
 		runAt = now.Add(req.Delay)
 	}
+	if runAt.Before(now) {
+		runAt = now // a run_at in the past means now: available at once, in enqueue order
+	}
 	rec := &jobRecord{
 		V: jobRecordVersion, ID: id, Queue: req.Queue, Kind: req.Kind, Payload: req.Payload,
 		Priority: req.Priority, State: StateAvailable, MaxAttempts: req.MaxAttempts, Budget: req.MaxAttempts,
@@ -429,7 +432,9 @@ func (s *Store) killExpired(tx *bolt.Tx, now time.Time, old *jobRecord) error {
 
 func (r *jobRecord) addError(now time.Time, msg string) {
 	if len(msg) > maxErrorBytes {
-		msg = msg[:maxErrorBytes]
+		// Cut on a rune boundary: a cut through a character would leave
+		// the stored error and its audit record invalid UTF-8.
+		msg = strings.ToValidUTF8(msg[:maxErrorBytes], "")
 	}
 	r.LastError = msg
 	r.Errors = append(r.Errors, errorRecord{Attempt: r.Attempts, At: now.UnixNano(), Error: msg})

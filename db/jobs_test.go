@@ -115,9 +115,9 @@ func TestEnqueueJobStoresAvailableOrScheduledJobs(t *testing.T) {
 		{"future run_at is scheduled at run_at", EnqueueRequest{RunAt: t0.Add(time.Hour), MaxAttempts: 3}, func(now int64) jobRecord {
 			return jobRecord{Queue: "default", State: StateScheduled, MaxAttempts: 3, Budget: 3, RunAt: t0.Add(time.Hour).UnixNano()}
 		}},
-		{"past run_at is available with that run_at", EnqueueRequest{RunAt: t0.Add(-time.Hour)}, func(now int64) jobRecord {
+		{"past run_at means now: available with the enqueue time", EnqueueRequest{RunAt: t0.Add(-time.Hour)}, func(now int64) jobRecord {
 			return jobRecord{Queue: "default", State: StateAvailable,
-				MaxAttempts: DefaultMaxAttempts, Budget: DefaultMaxAttempts, RunAt: t0.Add(-time.Hour).UnixNano()}
+				MaxAttempts: DefaultMaxAttempts, Budget: DefaultMaxAttempts, RunAt: now}
 		}},
 		{"run_at equal to now is available", EnqueueRequest{RunAt: t0}, func(now int64) jobRecord {
 			return jobRecord{Queue: "default", State: StateAvailable,
