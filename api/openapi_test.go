@@ -446,6 +446,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(get("/assets/app.css", ""), http.StatusOK)
 	c.do(get("/assets/app.js?v=0", ""), http.StatusOK)
 	c.do(get("/assets/nope.txt", ""), http.StatusNotFound)
+	c.do(get("/assets/favicon.svg", ""), http.StatusOK)
+	c.do(get("/favicon.ico", ""), http.StatusOK)
 
 	// Enqueue: one (201), the same idempotency key again (200), a list (201).
 	first := c.job(post("/v1/jobs", producer, `{"queue":"emails","kind":"send","payload":{"to":"ada@example.com"},"priority":5,"max_attempts":3,"idempotency_key":"k1"}`), http.StatusCreated)
