@@ -114,6 +114,18 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 
+	// Request bodies are JSON only: the server reads any body as JSON
+	// (curl -d sends form encoding), but a client sends application/json,
+	// and only that is documented.
+	for key, op := range operations(doc) {
+		if op.RequestBody == nil {
+			continue
+		}
+		if types := sortedKeys(op.RequestBody.Value.Content); !slices.Equal(types, []string{"application/json"}) {
+			t.Errorf("%s: request body types %v, want only application/json", key, types)
+		}
+	}
+
 	// fencing_token in request bodies: an unsigned integer up to
 	// 4294967295; optional (0 = not given) on the fenced job calls,
 	// required (at least 1) where the server needs one.
