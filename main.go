@@ -231,6 +231,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
+	// Listen before opening the store: a start that fails on a taken port
+	// must not leave a new, empty --db file behind.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	defer ln.Close()
+
 	store, err := db.Open(cfg.dbPath, db.Options{
 		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
 		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle),
@@ -243,10 +251,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer store.Close()
 
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
-	}
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
 		Principals: principals, WriteTimeout: cfg.writeTimeout})
 	srv := &http.Server{

@@ -26,6 +26,26 @@ func invalidArgument(format string, args ...any) *Error {
 	return &Error{http.StatusBadRequest, "invalid_argument", fmt.Sprintf(format, args...)}
 }
 
+// errorCodes is the one table of the API's error codes and the HTTP
+// statuses each is sent with. Every *Error the server writes has a pair
+// from it, the OpenAPI document's ErrorCode (enum and x-fenceq-statuses)
+// lists exactly it, and api/errorcodes_test.go holds both to that.
+var errorCodes = map[string][]int{
+	"invalid_argument":    {http.StatusBadRequest, http.StatusMethodNotAllowed},
+	"unauthenticated":     {http.StatusUnauthorized},
+	"permission_denied":   {http.StatusForbidden},
+	"not_found":           {http.StatusNotFound},
+	"failed_precondition": {http.StatusConflict},
+	"resource_exhausted":  {http.StatusRequestEntityTooLarge},
+	"cancelled":           {statusClientClosedRequest},
+	"internal":            {http.StatusInternalServerError},
+	"unavailable":         {http.StatusServiceUnavailable},
+}
+
+// statusClientClosedRequest is nginx's status for a request whose client
+// went away before the reply; net/http has no name for it.
+const statusClientClosedRequest = 499
+
 // codes maps the store's sentinel errors to API errors, in one place.
 var codes = []struct {
 	err    error
@@ -70,25 +90,28 @@ func toAPIError(err error) (*Error, bool) {
 	if errors.Is(err, context.Canceled) {
 		// The client went away (a long-poll it stopped waiting for); the
 		// reply is for nobody, and it is not a server fault.
-		return &Error{499, "cancelled", "the request was cancelled by the client"}, true
+		return &Error{statusClientClosedRequest, "cancelled", "the request was cancelled by the client"}, true
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		msg := fmt.Sprint(he.Message)
 		switch he.Code {
 		case http.StatusNotFound:
-			return &Error{he.Code, "not_found", "no such endpoint"}, true
+			return &Error{http.StatusNotFound, "not_found", "no such endpoint"}, true
 		case http.StatusMethodNotAllowed:
-			return &Error{he.Code, "invalid_argument", "method not allowed on this endpoint"}, true
+			return &Error{http.StatusMethodNotAllowed, "invalid_argument", "method not allowed on this endpoint"}, true
 		case http.StatusRequestEntityTooLarge:
-			return &Error{he.Code, "resource_exhausted", "request body is too large"}, true
+			return &Error{http.StatusRequestEntityTooLarge, "resource_exhausted", "request body is too large"}, true
 		case http.StatusUnauthorized:
-			return &Error{he.Code, "unauthenticated", msg}, true
+			return &Error{http.StatusUnauthorized, "unauthenticated", msg}, true
 		case http.StatusForbidden:
-			return &Error{he.Code, "permission_denied", msg}, true
+			return &Error{http.StatusForbidden, "permission_denied", msg}, true
 		}
 		if he.Code < 500 {
-			return &Error{he.Code, "invalid_argument", msg}, true
+			// No other client error of echo's is reached by a route of
+			// ours; should one be, it is answered as a plain 400 so that
+			// the status stays one the code table (errorCodes) lists.
+			return &Error{http.StatusBadRequest, "invalid_argument", msg}, true
 		}
 	}
 	for _, c := range codes {

@@ -31,3 +31,13 @@ func RouteForTest(s *Server, method, escapedPath string) (string, bool) {
 	}
 	return c.Path(), false
 }
+
+// ErrorCodesForTest returns the server's table of error codes and the
+// statuses each is sent with (errors.go), and its sentinel mapping as
+// code → status pairs.
+func ErrorCodesForTest() (table map[string][]int, sentinels [][2]any) {
+	for _, c := range codes {
+		sentinels = append(sentinels, [2]any{c.code, c.status})
+	}
+	return errorCodes, sentinels
+}

@@ -171,6 +171,7 @@ func New(store Store, cfg Config) *Server {
 		e.GET("/", page)
 		e.GET("/jobs/:id", page)
 		e.GET("/assets/*", page)
+		e.GET("/favicon.ico", page)
 	}
 	return s
 }
