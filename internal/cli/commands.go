@@ -56,38 +56,46 @@ func Run(ctx context.Context, cmd string, args []string, e Env) error {
 		}
 		cmd, args = cmd+" "+sub, args[1:]
 	}
-	switch cmd {
-	case "enqueue":
-		return enqueueCmd.run(ctx, e, args)
-	case "get":
-		return getCmd.run(ctx, e, args)
-	case "list":
-		return listCmd.run(ctx, e, args)
-	case "cancel":
-		return jobActionCmd("cancel").run(ctx, e, args)
-	case "retry":
-		return jobActionCmd("retry").run(ctx, e, args)
-	case "stats":
-		return statsCmd.run(ctx, e, args)
-	case "lease acquire", "lease renew", "lease release":
-		return leaseChangeCmd(strings.TrimPrefix(cmd, "lease ")).run(ctx, e, args)
-	case "lease check":
-		return leaseCheckCmd.run(ctx, e, args)
-	case "lease show":
-		return leaseShowCmd.run(ctx, e, args)
-	case "audit verify":
-		return auditVerifyCmd.run(ctx, e, args)
-	case "backup":
-		return backupCmd.run(ctx, e, args)
-	case "worker":
-		return workerCommand(ctx, args, e.Stderr)
-	case "token new":
-		return tokenCommand(args, e.Stdout, e.Stderr)
+	if c, ok := commands[cmd]; ok {
+		return c.run(ctx, e, args)
 	}
 	if strings.HasPrefix(cmd, "lease ") {
 		return UsageError{fmt.Sprintf("unknown lease action %q; %s", strings.TrimPrefix(cmd, "lease "), leaseUsage)}
 	}
 	return UsageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
+}
+
+// command is one of fenceq's commands, run with its arguments.
+type command interface {
+	run(ctx context.Context, e Env, args []string) error
+}
+
+// commandFunc is a command that is not a call (the worker, token new).
+type commandFunc func(ctx context.Context, e Env, args []string) error
+
+func (f commandFunc) run(ctx context.Context, e Env, args []string) error { return f(ctx, e, args) }
+
+// commands is every command Run knows, by name ("lease acquire").
+var commands = map[string]command{
+	"enqueue":       enqueueCmd,
+	"get":           getCmd,
+	"list":          listCmd,
+	"cancel":        jobActionCmd("cancel"),
+	"retry":         jobActionCmd("retry"),
+	"stats":         statsCmd,
+	"lease acquire": leaseChangeCmd("acquire"),
+	"lease renew":   leaseChangeCmd("renew"),
+	"lease release": leaseChangeCmd("release"),
+	"lease check":   leaseCheckCmd,
+	"lease show":    leaseShowCmd,
+	"audit verify":  auditVerifyCmd,
+	"backup":        backupCmd,
+	"worker": commandFunc(func(ctx context.Context, e Env, args []string) error {
+		return workerCommand(ctx, args, e.Stderr)
+	}),
+	"token new": commandFunc(func(_ context.Context, e Env, args []string) error {
+		return tokenCommand(args, e.Stdout, e.Stderr)
+	}),
 }
 
 const leaseUsage = "usage: fenceq lease acquire|renew|release|check|show …; see \"fenceq lease ACTION --help\""
