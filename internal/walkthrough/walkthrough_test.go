@@ -1,0 +1,83 @@
+package walkthrough
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+const page = "# A page\n\n" +
+	"```sh\necho not marked   # → 500\n```\n\n" +
+	Marker + "\n```sh\nS=http://127.0.0.1:7420\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/ok   # → 200 fine\n```\n\n" +
+	"text\n\n" +
+	RefusalsMarker + "\n```sh\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/missing   # → 404\necho done\n```\n"
+
+func TestParse_FindsOnlyMarkedBlocksAndTheirPromises(t *testing.T) {
+	blocks, err := Parse("page.md", []byte(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("Parse() found %d blocks, want 2: %+v", len(blocks), blocks)
+	}
+	if blocks[0].Refusals || !blocks[1].Refusals {
+		t.Errorf("Refusals = %v, %v; want false, true", blocks[0].Refusals, blocks[1].Refusals)
+	}
+	if blocks[0].Line != 8 || !strings.HasPrefix(blocks[0].Text, "S=http") {
+		t.Errorf("first block = line %d %q, want line 8 starting S=http", blocks[0].Line, blocks[0].Text)
+	}
+	var got []Promise
+	for _, b := range blocks {
+		got = append(got, b.Promises()...)
+	}
+	if len(got) != 2 || got[0].Status != 200 || got[0].Line != 10 || got[1].Status != 404 || got[1].Line != 17 {
+		t.Errorf("promises = %+v, want 200 at line 10 and 404 at line 17", got)
+	}
+}
+
+func TestParse_RefusesAMarkerWithoutABlock(t *testing.T) {
+	for _, md := range []string{
+		Marker + "\n\n```sh\necho x\n```\n",                        // a blank line between
+		Marker + "\n```bash\necho x\n```\n",                        // another language
+		Marker + "\n```sh\necho x\n",                               // never ends
+		"<!-- test: walkthrough refusal -->\n```sh\necho x\n```\n", // a misspelt marker
+	} {
+		if _, err := Parse("bad.md", []byte(md)); err == nil {
+			t.Errorf("Parse(%q) = nil error, want one", md)
+		}
+	}
+}
+
+func TestRun_ChecksPromisedStatusesAgainstARealServer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ok" {
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	blocks, err := Parse("page.md", []byte(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, errs := Run(ctx, t.TempDir(), srv.URL, nil, blocks); len(errs) > 0 {
+		t.Fatalf("Run() = %v; output:\n%s", errs, out)
+	}
+
+	// The same page promising another code fails, naming the line.
+	wrong, _ := Parse("page.md", []byte(strings.Replace(page, "# → 404", "# → 409", 1)))
+	_, errs := Run(ctx, t.TempDir(), srv.URL, nil, wrong)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "page.md:17") || !strings.Contains(errs[0].Error(), "want status 409") {
+		t.Fatalf("Run() with a wrong promise = %v, want one error for page.md:17 wanting 409", errs)
+	}
+
+	// A block that is broken as shell is reported even where no promise is.
+	broken := []Block{{File: "b.md", Line: 1, Text: "fenceq-no-such-command x\n"}}
+	if _, errs := Run(ctx, t.TempDir(), srv.URL, nil, broken); len(errs) != 1 || !strings.Contains(errs[0].Error(), "command not found") {
+		t.Fatalf("Run() of a broken block = %v, want one 'command not found'", errs)
+	}
+}
