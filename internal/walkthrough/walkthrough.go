@@ -17,9 +17,10 @@
 //     in one block are seen by the next, as in a terminal), without set -e,
 //     in a directory that holds the binary as ./fenceq.
 //   - A command whose line ends in a comment "# → NNN" (anything may follow
-//     the code) promises that the last word it prints is NNN: a curl with
-//     -w ' %{http_code}\n', or a command that prints the status itself.
-//     Such a command must fit on its line.
+//     the code) promises that the last word it prints is the HTTP status
+//     NNN: a curl with -w ' %{http_code}\n'. "# → exit N" promises that the
+//     command exits with status N (the command-line client: 0 done, 1
+//     refused). Such a command must fit on its line.
 //   - The server is http://127.0.0.1:7420 (or localhost:7420); a runner
 //     that serves elsewhere rewrites that address in the blocks and sets
 //     FENCEQ_SERVER for the command-line client.
@@ -59,14 +60,15 @@ type Block struct {
 	Refusals bool
 }
 
-// Promise is a status code a command of a block promises.
+// Promise is a status a command of a block promises.
 type Promise struct {
-	Line    int // in the file, 1-based
+	Line    int  // in the file, 1-based
+	Exit    bool // Status is the command's exit status, not an HTTP status it prints
 	Status  int
 	Command string
 }
 
-var promiseRE = regexp.MustCompile(`#\s*→\s*([1-5][0-9][0-9])\b`)
+var promiseRE = regexp.MustCompile(`#\s*→\s*(?:([1-5][0-9][0-9])|exit ([0-9]+))\b`)
 
 // Parse returns the runnable blocks of a markdown file. A marker that is
 // not followed by a ```sh fence, or a block that does not end, is an
@@ -105,8 +107,9 @@ func (b Block) Promises() []Promise {
 	var ps []Promise
 	for i, l := range strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n") {
 		if m := promiseRE.FindStringSubmatch(l); m != nil {
-			st, _ := strconv.Atoi(m[1])
-			ps = append(ps, Promise{Line: b.Line + 1 + i, Status: st, Command: strings.TrimSpace(l)})
+			p := Promise{Line: b.Line + 1 + i, Exit: m[2] != "", Command: strings.TrimSpace(l)}
+			p.Status, _ = strconv.Atoi(m[1] + m[2])
+			ps = append(ps, p)
 		}
 	}
 	return ps
@@ -126,7 +129,7 @@ func Script(blocks []Block, server string) string {
 				l = strings.ReplaceAll(l, "http://localhost:7420", server)
 			}
 			if promiseRE.MatchString(l) {
-				fmt.Fprintf(&sb, "printf '\\n@@walkthrough begin %d\\n'\n%s\nprintf '\\n@@walkthrough end %d\\n'\n", line, l, line)
+				fmt.Fprintf(&sb, "printf '\\n@@walkthrough begin %d\\n'\n%s\nprintf '\\n@@walkthrough end %d %%d\\n' $?\n", line, l, line)
 				continue
 			}
 			sb.WriteString(l + "\n")
@@ -140,6 +143,7 @@ func Script(blocks []Block, server string) string {
 // printed nothing).
 func Check(blocks []Block, output string) []error {
 	got := map[int]string{}
+	exits := map[int]int{}
 	var cur []string
 	inside := -1
 	sc := bufio.NewScanner(strings.NewReader(output))
@@ -151,8 +155,9 @@ func Check(blocks []Block, output string) []error {
 			inside, cur = n, nil
 			continue
 		}
-		if _, err := fmt.Sscanf(l, "@@walkthrough end %d", &n); err == nil && n == inside {
-			got[n] = strings.Join(cur, "\n")
+		var code int
+		if _, err := fmt.Sscanf(l, "@@walkthrough end %d %d", &n, &code); err == nil && n == inside {
+			got[n], exits[n] = strings.Join(cur, "\n"), code
 			inside = -1
 			continue
 		}
@@ -168,6 +173,9 @@ func Check(blocks []Block, output string) []error {
 			switch {
 			case !ran:
 				errs = append(errs, fmt.Errorf("%s:%d: %s: did not run", b.File, p.Line, p.Command))
+			case p.Exit && exits[p.Line] != p.Status:
+				errs = append(errs, fmt.Errorf("%s:%d: %s: exited %d, want %d; printed %q", b.File, p.Line, p.Command, exits[p.Line], p.Status, trim(out)))
+			case p.Exit:
 			case len(words) == 0:
 				errs = append(errs, fmt.Errorf("%s:%d: %s: printed nothing, want status %d", b.File, p.Line, p.Command, p.Status))
 			case words[len(words)-1] != strconv.Itoa(p.Status):

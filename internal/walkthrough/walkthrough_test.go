@@ -13,7 +13,7 @@ const page = "# A page\n\n" +
 	"```sh\necho not marked   # → 500\n```\n\n" +
 	Marker + "\n```sh\nS=http://127.0.0.1:7420\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/ok   # → 200 fine\n```\n\n" +
 	"text\n\n" +
-	RefusalsMarker + "\n```sh\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/missing   # → 404\necho done\n```\n"
+	RefusalsMarker + "\n```sh\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/missing   # → 404\necho done\nfalse   # → exit 1\n```\n"
 
 func TestParse_FindsOnlyMarkedBlocksAndTheirPromises(t *testing.T) {
 	blocks, err := Parse("page.md", []byte(page))
@@ -33,8 +33,9 @@ func TestParse_FindsOnlyMarkedBlocksAndTheirPromises(t *testing.T) {
 	for _, b := range blocks {
 		got = append(got, b.Promises()...)
 	}
-	if len(got) != 2 || got[0].Status != 200 || got[0].Line != 10 || got[1].Status != 404 || got[1].Line != 17 {
-		t.Errorf("promises = %+v, want 200 at line 10 and 404 at line 17", got)
+	if len(got) != 3 || got[0].Status != 200 || got[0].Line != 10 || got[1].Status != 404 || got[1].Line != 17 ||
+		!got[2].Exit || got[2].Status != 1 || got[1].Exit {
+		t.Errorf("promises = %+v, want 200 at line 10, 404 at line 17 and exit 1", got)
 	}
 }
 
@@ -73,6 +74,13 @@ func TestRun_ChecksPromisedStatusesAgainstARealServer(t *testing.T) {
 	_, errs := Run(ctx, t.TempDir(), srv.URL, nil, wrong)
 	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "page.md:17") || !strings.Contains(errs[0].Error(), "want status 409") {
 		t.Fatalf("Run() with a wrong promise = %v, want one error for page.md:17 wanting 409", errs)
+	}
+
+	// An exit status promised wrongly fails too.
+	wrong, _ = Parse("page.md", []byte(strings.Replace(page, "# → exit 1", "# → exit 0", 1)))
+	_, errs = Run(ctx, t.TempDir(), srv.URL, nil, wrong)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "exited 1, want 0") {
+		t.Fatalf("Run() with a wrong exit promise = %v, want one error: exited 1, want 0", errs)
 	}
 
 	// A block that is broken as shell is reported even where no promise is.
