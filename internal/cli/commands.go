@@ -100,6 +100,14 @@ var commands = map[string]command{
 
 const leaseUsage = "usage: fenceq lease acquire|renew|release|check|show …; see \"fenceq lease ACTION --help\""
 
+// callFunc is a client command's call, bound to its arguments.
+type callFunc[T any] func(context.Context, *client.Client) (T, error)
+
+// binder adds a command's own flags to fs and returns what, once they are
+// parsed, turns them and the positional arguments into the call (or a
+// UsageError).
+type binder[T any] func(fs *flag.FlagSet, e Env) func(pos []string) (callFunc[T], error)
+
 // call is the shape every client command shares: its flags and the client
 // flags are parsed, its positional arguments checked, the client made, the
 // call run under callTimeout, and its result printed.
@@ -110,10 +118,7 @@ type call[T any] struct {
 	jsonHelp  string // what --json prints
 	args      [2]int // how many positional arguments: at least, at most
 	unbounded bool   // no callTimeout: the call streams a file
-	// bind adds the command's own flags and returns what, once they are
-	// parsed, turns them and the positional arguments into the call (or a
-	// UsageError).
-	bind func(fs *flag.FlagSet, e Env) func(pos []string) (func(context.Context, *client.Client) (T, error), error)
+	bind      binder[T]
 	// show prints the result for people.
 	show func(e Env, v T) error
 	// jsonOf is what --json prints of the result (nil: the result itself).
@@ -247,18 +252,18 @@ func when(t time.Time) string {
 
 // noFlags is bind for a command without flags of its own whose call needs
 // only the positional arguments.
-func noFlags[T any](do func(ctx context.Context, c *client.Client, pos []string) (T, error)) func(*flag.FlagSet, Env) func([]string) (func(context.Context, *client.Client) (T, error), error) {
-	return func(*flag.FlagSet, Env) func([]string) (func(context.Context, *client.Client) (T, error), error) {
-		return func(pos []string) (func(context.Context, *client.Client) (T, error), error) {
+func noFlags[T any](do func(ctx context.Context, c *client.Client, pos []string) (T, error)) binder[T] {
+	return func(*flag.FlagSet, Env) func([]string) (callFunc[T], error) {
+		return func(pos []string) (callFunc[T], error) {
 			return func(ctx context.Context, c *client.Client) (T, error) { return do(ctx, c, pos) }, nil
 		}
 	}
 }
 
 // byID is bind for a command whose one argument is a job id.
-func byID[T any](do func(ctx context.Context, c *client.Client, id uint64) (T, error)) func(*flag.FlagSet, Env) func([]string) (func(context.Context, *client.Client) (T, error), error) {
-	return func(*flag.FlagSet, Env) func([]string) (func(context.Context, *client.Client) (T, error), error) {
-		return func(pos []string) (func(context.Context, *client.Client) (T, error), error) {
+func byID[T any](do func(ctx context.Context, c *client.Client, id uint64) (T, error)) binder[T] {
+	return func(*flag.FlagSet, Env) func([]string) (callFunc[T], error) {
+		return func(pos []string) (callFunc[T], error) {
 			id, err := parsePositive("job id", pos[0])
 			if err != nil {
 				return nil, err
@@ -273,7 +278,7 @@ var enqueueCmd = call[client.EnqueueResult]{
 	synopsis: "fenceq enqueue [--queue Q] [--kind K] [--payload JSON|-] [flags]",
 	about:    "Enqueue a job and print its id.",
 	jsonHelp: "print the job as JSON",
-	bind: func(fs *flag.FlagSet, e Env) func([]string) (func(context.Context, *client.Client) (client.EnqueueResult, error), error) {
+	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[client.EnqueueResult], error) {
 		queue := fs.String("queue", "default", "queue to put the job on")
 		kind := fs.String("kind", "", "free label for the worker")
 		payload := fs.String("payload", "", "the job's payload: a JSON value, or - to read it from stdin (default null)")
@@ -282,7 +287,7 @@ var enqueueCmd = call[client.EnqueueResult]{
 		delay := fs.Duration("delay", 0, "earliest claim this long from now")
 		runAt := fs.String("run-at", "", "earliest claim time, RFC 3339 (instead of --delay)")
 		idem := fs.String("idempotency-key", "", "a repeat enqueue with the same key (and queue) returns the existing job")
-		return func([]string) (func(context.Context, *client.Client) (client.EnqueueResult, error), error) {
+		return func([]string) (callFunc[client.EnqueueResult], error) {
 			job := client.NewJob{Queue: *queue, Kind: *kind, Priority: *priority, MaxAttempts: *maxAttempts,
 				Delay: *delay, IdempotencyKey: *idem}
 			raw := []byte(*payload)
@@ -384,13 +389,13 @@ var listCmd = call[client.JobPage]{
 	synopsis: "fenceq list [--queue Q] [--state S] [--after ID] [--limit N] [--all] [--json]",
 	about:    "List jobs in id order.",
 	jsonHelp: "print {\"jobs\":[…],\"next\":N} as JSON",
-	bind: func(fs *flag.FlagSet, _ Env) func([]string) (func(context.Context, *client.Client) (client.JobPage, error), error) {
+	bind: func(fs *flag.FlagSet, _ Env) func([]string) (callFunc[client.JobPage], error) {
 		queue := fs.String("queue", "", "only this queue")
 		state := fs.String("state", "", "only this state: "+strings.Join(client.States, ", "))
 		after := fs.Uint64("after", 0, "start after this job id (the \"next\" of the previous page)")
 		limit := fs.Int("limit", 0, "jobs per page (server default 100, at most 1000)")
 		all := fs.Bool("all", false, "follow the pages to the end")
-		return func([]string) (func(context.Context, *client.Client) (client.JobPage, error), error) {
+		return func([]string) (callFunc[client.JobPage], error) {
 			if *state != "" && !slices.Contains(client.States, *state) {
 				return nil, UsageError{fmt.Sprintf("--state %q is not one of %s", *state, strings.Join(client.States, ", "))}
 			}
@@ -516,7 +521,7 @@ func leaseChangeCmd(action string) call[client.Lease] {
 		k.synopsis = "fenceq lease release NAME TOKEN --holder H [--json]"
 		k.about = "Give a lease back."
 	}
-	k.bind = func(fs *flag.FlagSet, _ Env) func([]string) (func(context.Context, *client.Client) (client.Lease, error), error) {
+	k.bind = func(fs *flag.FlagSet, _ Env) func([]string) (callFunc[client.Lease], error) {
 		holder := fs.String("holder", "", "holder label (required); the holder is principal|label")
 		var ttl, wait time.Duration
 		if action != "release" {
@@ -525,7 +530,7 @@ func leaseChangeCmd(action string) call[client.Lease] {
 		if action == "acquire" {
 			fs.DurationVar(&wait, "wait", 0, "when held, wait up to this long for it (at most 1m)")
 		}
-		return func(pos []string) (func(context.Context, *client.Client) (client.Lease, error), error) {
+		return func(pos []string) (callFunc[client.Lease], error) {
 			if *holder == "" {
 				return nil, UsageError{fmt.Sprintf("fenceq lease %s needs --holder", action)}
 			}
@@ -567,8 +572,8 @@ var leaseCheckCmd = call[client.LeaseCheck]{
 	name: "lease check", synopsis: "fenceq lease check NAME TOKEN [--json]", jsonHelp: "print the check as JSON",
 	about: "Exit 0 when TOKEN is the lease's current, unexpired token, 1 otherwise.",
 	args:  [2]int{2, 2},
-	bind: func(*flag.FlagSet, Env) func([]string) (func(context.Context, *client.Client) (client.LeaseCheck, error), error) {
-		return func(pos []string) (func(context.Context, *client.Client) (client.LeaseCheck, error), error) {
+	bind: func(*flag.FlagSet, Env) func([]string) (callFunc[client.LeaseCheck], error) {
+		return func(pos []string) (callFunc[client.LeaseCheck], error) {
 			token, err := parsePositive("fencing token", pos[1])
 			if err != nil {
 				return nil, err
@@ -590,9 +595,9 @@ var leaseShowCmd = call[any]{
 	name: "lease show", synopsis: "fenceq lease show [NAME] [--prefix P] [--json]", jsonHelp: "print the lease, or the list, as JSON",
 	about: "Show one lease, or list them.",
 	args:  [2]int{0, 1},
-	bind: func(fs *flag.FlagSet, _ Env) func([]string) (func(context.Context, *client.Client) (any, error), error) {
+	bind: func(fs *flag.FlagSet, _ Env) func([]string) (callFunc[any], error) {
 		prefix := fs.String("prefix", "", "without NAME: only leases whose name starts with this")
-		return func(pos []string) (func(context.Context, *client.Client) (any, error), error) {
+		return func(pos []string) (callFunc[any], error) {
 			if len(pos) == 1 {
 				return func(ctx context.Context, c *client.Client) (any, error) { return c.GetLease(ctx, pos[0]) }, nil
 			}
@@ -646,9 +651,9 @@ var auditVerifyCmd = call[auditResult]{
 	about: "Walk the audit chain and report the first record that does not verify (exit 1 when the chain is broken).\n" +
 		"With --db (or neither flag) the file is read offline; with --server (or FENCEQ_SERVER) and no --db,\n" +
 		"the running server walks it (admin role).",
-	bind: func(fs *flag.FlagSet, e Env) func([]string) (func(context.Context, *client.Client) (auditResult, error), error) {
+	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[auditResult], error) {
 		path := fs.String("db", "./fenceq.db", "verify this bbolt file offline (read-only; a copy while a server holds it)")
-		return func([]string) (func(context.Context, *client.Client) (auditResult, error), error) {
+		return func([]string) (callFunc[auditResult], error) {
 			dbGiven, serverGiven := false, false
 			fs.Visit(func(f *flag.Flag) {
 				dbGiven = dbGiven || f.Name == "db"
@@ -703,10 +708,10 @@ var backupCmd = call[backupResult]{
 	about: "Download a consistent snapshot of the server's database (admin role). It is written to FILE.partial\n" +
 		"and renamed to FILE only when complete and verified. To restore, stop the server and use the file as --db.",
 	unbounded: true,
-	bind: func(fs *flag.FlagSet, e Env) func([]string) (func(context.Context, *client.Client) (backupResult, error), error) {
+	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[backupResult], error) {
 		out := fs.String("out", "", "file to write the snapshot to (required; - for stdout)")
 		verify := fs.Bool("verify", true, "open the written file and check it (bbolt consistency and the audit chain)")
-		return func([]string) (func(context.Context, *client.Client) (backupResult, error), error) {
+		return func([]string) (callFunc[backupResult], error) {
 			if *out == "" {
 				return nil, UsageError{"fenceq backup needs --out FILE (or --out - for stdout)"}
 			}
