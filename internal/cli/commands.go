@@ -274,10 +274,8 @@ func byID[T any](do func(ctx context.Context, c *client.Client, id uint64) (T, e
 }
 
 var enqueueCmd = call[client.EnqueueResult]{
-	name:     "enqueue",
-	synopsis: "fenceq enqueue [--queue Q] [--kind K] [--payload JSON|-] [flags]",
-	about:    "Enqueue a job and print its id.",
-	jsonHelp: "print the job as JSON",
+	name: "enqueue", synopsis: "fenceq enqueue [--queue Q] [--kind K] [--payload JSON|-] [flags]",
+	about: "Enqueue a job and print its id.", jsonHelp: "print the job as JSON",
 	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[client.EnqueueResult], error) {
 		queue := fs.String("queue", "default", "queue to put the job on")
 		kind := fs.String("kind", "", "free label for the worker")
@@ -385,10 +383,8 @@ func orDash(s string) string {
 }
 
 var listCmd = call[client.JobPage]{
-	name:     "list",
-	synopsis: "fenceq list [--queue Q] [--state S] [--after ID] [--limit N] [--all] [--json]",
-	about:    "List jobs in id order.",
-	jsonHelp: "print {\"jobs\":[…],\"next\":N} as JSON",
+	name: "list", synopsis: "fenceq list [--queue Q] [--state S] [--after ID] [--limit N] [--all] [--json]",
+	about: "List jobs in id order.", jsonHelp: "print {\"jobs\":[…],\"next\":N} as JSON",
 	bind: func(fs *flag.FlagSet, _ Env) func([]string) (callFunc[client.JobPage], error) {
 		queue := fs.String("queue", "", "only this queue")
 		state := fs.String("state", "", "only this state: "+strings.Join(client.States, ", "))
