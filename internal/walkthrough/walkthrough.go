@@ -37,6 +37,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Marker is the line that marks the next fenced block as runnable;
@@ -213,9 +214,28 @@ func Run(ctx context.Context, dir, server string, env []string, blocks []Block) 
 	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", path)
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "FENCEQ_SERVER="+server), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	// Output goes to a file, not a pipe: a pipe held open by something a
+	// block left in the background would keep Wait waiting.
+	outFile, err := os.Create(path + ".out")
+	if err != nil {
+		return "", []error{err}
+	}
+	defer outFile.Close()
+	cmd.Stdout, cmd.Stderr = outFile, outFile
+	// The script runs in a process group of its own, so that whatever a
+	// block started in the background (a worker) goes with it, also when
+	// the context ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	err = cmd.Run()
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	raw, rerr := os.ReadFile(path + ".out")
+	if rerr != nil {
+		return "", []error{rerr}
+	}
+	out := bytes.NewBuffer(raw)
 	errs := Check(blocks, out.String())
 	if err != nil && ctx.Err() != nil {
 		errs = append(errs, fmt.Errorf("%s: bash did not finish: %v", name, ctx.Err()))

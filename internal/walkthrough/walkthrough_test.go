@@ -2,9 +2,14 @@ package walkthrough
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -87,5 +92,34 @@ func TestRun_ChecksPromisedStatusesAgainstARealServer(t *testing.T) {
 	broken := []Block{{File: "b.md", Line: 1, Text: "fenceq-no-such-command x\n"}}
 	if _, errs := Run(ctx, t.TempDir(), srv.URL, nil, broken); len(errs) != 1 || !strings.Contains(errs[0].Error(), "command not found") {
 		t.Fatalf("Run() of a broken block = %v, want one 'command not found'", errs)
+	}
+}
+
+// What a block leaves running in the background ends with the script.
+func TestRun_EndsWhatABlockLeftRunning(t *testing.T) {
+	dir := t.TempDir()
+	blocks := []Block{{File: "bg.md", Line: 1, Text: "sleep 60 &\necho $! > sleep.pid\n"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, errs := Run(ctx, dir, "http://127.0.0.1:1", nil, blocks); len(errs) > 0 {
+		t.Fatalf("Run() = %v; output:\n%s", errs, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "sleep.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil { // the killed sleep may linger as a zombie briefly
+		if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the block's background sleep (pid %d) still runs after Run returned", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
