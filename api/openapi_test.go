@@ -30,7 +30,7 @@ import (
 // ways, all with kin-openapi rather than a validator of our own:
 //
 //   - TestOpenAPIDocument: it loads and validates as an OpenAPI 3.1
-//     document, and its fencing_token fields say what DESIGN.md says.
+//     document, and its fencing_token fields say what docs/design.md says.
 //   - TestOpenAPIRoutes: every echo route is documented and every
 //     documented path and method reaches the route it describes.
 //   - TestOpenAPIResponses: a workload against a real server (bbolt file

@@ -6,16 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/apitest"
 )
 
 // testServer is the real API over HTTP on 127.0.0.1:0, backed by a real
@@ -27,35 +25,14 @@ type testServer struct {
 	client *http.Client
 }
 
-// newTestServer opens a store with opts and serves api.New over it. On
-// cleanup the server stops and the file must pass the store's integrity
-// check and audit verification before it is closed.
+// newTestServer serves the API over a fresh store with opts (apitest.Start:
+// on cleanup the file must pass the integrity check and audit verification).
 func newTestServer(tb testing.TB, opts db.Options, cfg api.Config) *testServer {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := db.Open(path, opts)
-	if err != nil {
-		tb.Fatalf("db.Open(%s) error = %v", path, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	srv := httptest.NewServer(api.New(store, cfg))
-	tb.Cleanup(func() {
-		srv.Close()
-		if err := store.Check(); err != nil {
-			tb.Errorf("store.Check() after test = %v", err)
-		}
-		if rep, err := store.VerifyAudit(context.Background()); err != nil || !rep.OK {
-			tb.Errorf("store.VerifyAudit() after test = %+v, %v; want OK", rep, err)
-		}
-		if err := store.Close(); err != nil {
-			tb.Errorf("store.Close() = %v", err)
-		}
-	})
-	client := srv.Client()
+	s := apitest.Start(tb, opts, cfg)
+	client := s.HTTP.Client()
 	client.Timeout = 20 * time.Second
-	return &testServer{t: tb, URL: srv.URL, store: store, client: client}
+	return &testServer{t: tb, URL: s.URL, store: s.Store, client: client}
 }
 
 // response is a finished HTTP exchange.
