@@ -70,7 +70,7 @@ func newFuzzAPI(f *testing.F) *fuzzAPI {
 // a request whose context ended).
 var knownCodes = map[string]int{
 	"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
-	"failed_precondition": 409, "already_exists": 409, "resource_exhausted": 413, "cancelled": 499,
+	"failed_precondition": 409, "resource_exhausted": 413, "cancelled": 499,
 }
 
 // post sends body to path and checks the answer's shape. It returns the
