@@ -57,6 +57,7 @@ Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
+  fenceq version [--json]                     print the version, commit and Go version (also --version)
   fenceq help                                 show this help
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
@@ -90,7 +91,7 @@ over the environment.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	// "-h" and "--help" first are the general help, not serve's flags.
-	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help" || args[0] == "--version") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -118,6 +119,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return backupCommand(ctx, args, stdout, stderr)
 	case "worker":
 		return workerCommand(ctx, args, stdout, stderr)
+	case "version", "--version":
+		return versionCommand(args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
