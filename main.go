@@ -183,6 +183,9 @@ type serveConfig struct {
 	maxHeaderBytes int
 	retention      time.Duration
 	sweepEvery     time.Duration
+	maxDBSize      int64
+	logFormat      string
+	logLevel       string
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -208,7 +211,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
+	fs.Int64Var(&cfg.maxDBSize, "max-db-size", defaultMaxDBSize(), "largest the database file may grow, in bytes (0: no limit); a write past it is refused with resource_exhausted, reads go on. Default 512 MiB on 32-bit builds, none on 64-bit")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
 	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	maxSize, err := maxDBSizeOption(cfg.maxDBSize)
+	if err != nil {
 		return err
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
@@ -232,11 +242,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return usageError{"--default-lease and --max-lease must be positive, and the default at most the max"}
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
 
 	store, err := db.Open(cfg.dbPath, db.Options{
 		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle),
+		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize,
 	})
 	if err != nil {
 		if errors.Is(err, db.ErrLocked) {
@@ -266,7 +279,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		scheme = "https"
 	}
 	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
-		"require_fencing", cfg.requireFencing, "auth", principals != nil)
+		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
 		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)

@@ -48,6 +48,13 @@ type Options struct {
 	// callers of the previous commit to come back (see commitLoop).
 	// Default 500µs; negative disables it.
 	SettleTime time.Duration
+	// MaxSize bounds the file's size in bytes; 0 means no bound. A commit
+	// that would grow the file past it fails with ErrFull and writes
+	// nothing; reads, and writes that fit in the file's free pages, go on.
+	// On 32-bit platforms the whole file is mapped into the address space,
+	// and a remap that cannot get it leaves the store unusable; this bound
+	// keeps the map below what the process can get (bbolt's Options.MaxSize).
+	MaxSize int
 }
 
 func (o *Options) setDefaults() {
@@ -125,6 +132,7 @@ func Open(path string, opts Options) (*Store, error) {
 		// it, which grows with the free pages a sweep leaves behind.
 		// Durability is unchanged: data and meta pages are synced as before.
 		NoFreelistSync: true,
+		MaxSize:        opts.MaxSize,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
@@ -369,6 +377,9 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		op.err = err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, berrors.ErrMaxSizeReached) {
+			err = fmt.Errorf("%w of %d bytes", ErrFull, s.opts.MaxSize)
+		}
 		abort(fmt.Errorf("db: commit: %w", err))
 		return
 	}
