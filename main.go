@@ -12,10 +12,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
@@ -24,7 +22,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(os.Stderr) // signals.go
 	defer stop()
 	setGCDefault()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -199,7 +197,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
 	fs.DurationVar(&cfg.commitSettle, "commit-settle", 500*time.Microsecond, "under load, how long a commit may wait for the previous commit's callers to come back (0: never wait)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
-	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may take to finish before their connections are closed (waiting claims and lease acquires are answered at once; a second signal exits at once)")
 	fs.StringVar(&cfg.authFile, "auth-file", "", "principals file: one \"name roles sha256-of-token\" a line; without it every request is principal \"local\" and only loopback addresses may be served")
 	fs.BoolVar(&cfg.insecure, "insecure", false, "allow a non-loopback --listen without --auth-file")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); serve HTTPS with --tls-key")
@@ -298,12 +296,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownWait)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("shutdown did not finish cleanly", "err", err)
-	}
+	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", cfg.dbPath, err)
 	}

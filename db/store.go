@@ -104,6 +104,8 @@ type Store struct {
 	closing   chan struct{}
 	committed chan struct{} // closed when the committer has stopped
 	closeOnce sync.Once
+	draining  chan struct{} // closed by StopWaiting
+	drainOnce sync.Once
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
@@ -148,7 +150,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{}),
 		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error {
@@ -183,6 +185,12 @@ func initBuckets(tx *bolt.Tx) error {
 	}
 	return meta.Put(metaSchemaVersion, u64(schemaVersion))
 }
+
+// StopWaiting ends every wait, now and later, for a graceful shutdown: a
+// long-polling claim returns at once with what it has (a job already handed
+// off to it, else none), and a waiting AcquireLease returns ErrLeaseHeld, as
+// when their waits run out. Everything else goes on until Close.
+func (s *Store) StopWaiting() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
