@@ -11,13 +11,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-qemu_pkg='qemu-user-static=1:7.2+dfsg-7+deb12u*'
 if ! command -v qemu-aarch64-static >/dev/null || ! command -v qemu-arm-static >/dev/null; then
-  apt=(apt-get); [[ $(id -u) -ne 0 ]] && apt=(sudo -n apt-get)
-  echo "installing $qemu_pkg"
-  { DEBIAN_FRONTEND=noninteractive timeout 300 "${apt[@]}" -qq update &&
-    DEBIAN_FRONTEND=noninteractive timeout 600 "${apt[@]}" -qq -y install "$qemu_pkg"; } >/tmp/fenceq-ci-qemu.log 2>&1 </dev/null ||
-    { cat /tmp/fenceq-ci-qemu.log; echo "qemu.sh: could not install $qemu_pkg" >&2; exit 1; }
+  .ci/apt-install.sh 'qemu-user-static=1:7.2+dfsg-7+deb12u*'
 fi
 echo "$(qemu-aarch64-static --version | head -1); $(qemu-arm-static --version | head -1)"
 
@@ -28,7 +23,7 @@ smoke() { # smoke ARCH EMULATOR [ARGS]
   local arch=$1 emu=$2; shift 2
   local dir; dir=$(mktemp -d -p "$dist")
   tar -xzf "$dist"/fenceq-*-linux-"$arch".tar.gz -C "$dir" --strip-components=1
-  echo "== linux/$arch under $emu: $(file -b "$dir/fenceq" | cut -d, -f1-2)"
+  echo "== linux/$arch under $emu"
   go run ./internal/smoke/cmd/fenceq-smoke -bin "$dir/fenceq" -emulator "$emu" "$@"
 }
 smoke arm64 qemu-aarch64-static

@@ -16,11 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v systemd-analyze >/dev/null; then
-  apt=(apt-get); [[ $(id -u) -ne 0 ]] && apt=(sudo -n apt-get)
-  echo "installing systemd=252.*"
-  { DEBIAN_FRONTEND=noninteractive timeout 300 "${apt[@]}" -qq update &&
-    DEBIAN_FRONTEND=noninteractive timeout 600 "${apt[@]}" -qq -y install 'systemd=252.*'; } >/tmp/fenceq-ci-systemd.log 2>&1 </dev/null ||
-    { cat /tmp/fenceq-ci-systemd.log; echo "systemd.sh: could not install systemd" >&2; exit 1; }
+  .ci/apt-install.sh 'systemd=252.*'
 fi
 echo "$(systemd-analyze --version | head -1); PID 1 is $(ps -p 1 -o comm= 2>/dev/null || echo unknown)"
 
