@@ -18,6 +18,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/buildinfo"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -276,7 +277,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath, "version", buildinfo.Read().Version,
 		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
