@@ -12,21 +12,20 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/internal/bench"
+	"github.com/fenceq/fenceq/internal/buildinfo"
 	"github.com/fenceq/fenceq/internal/cli"
 	"github.com/fenceq/fenceq/web"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(os.Stderr) // signals.go
 	defer stop()
 	setGCDefault()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -43,6 +42,7 @@ Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
+  fenceq version [--json]                     print the version, commit and Go version (also --version)
   fenceq help                                 show this help
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
@@ -76,7 +76,7 @@ over the environment.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	// "-h" and "--help" first are the general help, not serve's flags.
-	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help" || args[0] == "--version") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -84,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stdout, stderr)
 	case "bench":
 		return bench.Command(ctx, args, stdout, stderr)
+	case "version", "--version":
+		return versionCommand(args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -112,6 +114,9 @@ type serveConfig struct {
 	maxHeaderBytes int
 	retention      time.Duration
 	sweepEvery     time.Duration
+	maxDBSize      int64
+	logFormat      string
+	logLevel       string
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -125,7 +130,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
 	fs.DurationVar(&cfg.commitSettle, "commit-settle", 500*time.Microsecond, "under load, how long a commit may wait for the previous commit's callers to come back (0: never wait)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
-	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may take to finish before their connections are closed (waiting claims and lease acquires are answered at once; a second signal exits at once)")
 	fs.StringVar(&cfg.authFile, "auth-file", "", "principals file: one \"name roles sha256-of-token\" a line; without it every request is principal \"local\" and only loopback addresses may be served")
 	fs.BoolVar(&cfg.insecure, "insecure", false, "allow a non-loopback --listen without --auth-file")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); serve HTTPS with --tls-key")
@@ -137,7 +142,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
+	fs.Int64Var(&cfg.maxDBSize, "max-db-size", defaultMaxDBSize(), "largest the database file may grow, in bytes (0: no limit); a write past it is refused with resource_exhausted, reads go on. Default 512 MiB on 32-bit builds, none on 64-bit")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
+		return err
+	}
+	maxSize, err := maxDBSizeOption(cfg.maxDBSize)
+	if err != nil {
 		return err
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
@@ -161,7 +173,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return cli.Usagef("--default-lease and --max-lease must be positive, and the default at most the max")
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
 
 	// Listen before opening the store: a start that fails on a taken port
 	// must not leave a new, empty --db file behind.
@@ -173,7 +188,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	store, err := db.Open(cfg.dbPath, db.Options{
 		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle),
+		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize,
 	})
 	if err != nil {
 		if errors.Is(err, db.ErrLocked) {
@@ -198,8 +213,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
-		"require_fencing", cfg.requireFencing, "auth", principals != nil)
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath, "version", buildinfo.Read().Version,
+		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
 		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)
@@ -218,12 +233,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownWait)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("shutdown did not finish cleanly", "err", err)
-	}
+	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", cfg.dbPath, err)
 	}

@@ -30,13 +30,13 @@ func (s *Server) backup(c echo.Context) error {
 	w := &backupWriter{res: res, rc: http.NewResponseController(res), name: name}
 	n, err := s.store.Backup(c.Request().Context(), w)
 	if err == nil {
-		s.log.Info("backup", "principal", principalOf(c), "bytes", n)
+		s.log.InfoContext(c.Request().Context(), "backup", "principal", principalOf(c), "bytes", n)
 		return nil
 	}
 	if !w.started {
 		return err
 	}
-	s.log.Warn("backup aborted after it started", "principal", principalOf(c), "bytes", n, "err", err)
+	s.log.WarnContext(c.Request().Context(), "backup aborted after it started", "principal", principalOf(c), "bytes", n, "err", err)
 	// Tell net/http to drop the connection without completing the body.
 	panic(http.ErrAbortHandler)
 }

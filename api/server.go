@@ -121,12 +121,13 @@ func New(store Store, cfg Config) *Server {
 		cfg.AuditVerifyInterval = 30 * time.Second
 	}
 	obs := newObserver(cfg.Now)
-	s := &Server{store: observedStore{store, obs}, cfg: cfg, log: cfg.Logger, echo: echo.New(), obs: obs}
+	s := &Server{store: observedStore{store, obs}, cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}),
+		echo: echo.New(), obs: obs}
 	s.initMetrics()
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.instrument, s.deadline)
+	e.Use(s.requestIDs, s.instrument, s.deadline) // requestid.go
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
 	} else {

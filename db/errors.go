@@ -27,6 +27,10 @@ var (
 	ErrLocked = errors.New("db: database file is locked by another process")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("db: store is closed")
+	// ErrFull: the commit would have grown the file past Options.MaxSize.
+	// Nothing of it was written; the same request may succeed once space
+	// is freed inside the file or the bound is raised.
+	ErrFull = errors.New("db: the database file has reached its size limit")
 	// ErrCorrupt: a stored record could not be decoded.
 	ErrCorrupt = errors.New("db: corrupt record")
 

@@ -54,6 +54,13 @@ type Options struct {
 	// callers of the previous commit to come back (see commitLoop).
 	// Default 500µs; negative disables it.
 	SettleTime time.Duration
+	// MaxSize bounds the file's size in bytes; 0 means no bound. A commit
+	// that would grow the file past it fails with ErrFull and writes
+	// nothing; reads, and writes that fit in the file's free pages, go on.
+	// On 32-bit platforms the whole file is mapped into the address space,
+	// and a remap that cannot get it leaves the store unusable; this bound
+	// keeps the map below what the process can get (bbolt's Options.MaxSize).
+	MaxSize int
 }
 
 func (o *Options) setDefaults() {
@@ -106,6 +113,8 @@ type Store struct {
 	closing   chan struct{}
 	committed chan struct{} // closed when the committer has stopped
 	closeOnce sync.Once
+	draining  chan struct{} // closed by StopWaiting
+	drainOnce sync.Once
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
@@ -137,6 +146,7 @@ func Open(path string, opts Options) (*Store, error) {
 		// it, which grows with the free pages a sweep leaves behind.
 		// Durability is unchanged: data and meta pages are synced as before.
 		NoFreelistSync: true,
+		MaxSize:        opts.MaxSize,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
@@ -152,7 +162,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{}),
 		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bolt.Tx) error {
@@ -187,6 +197,12 @@ func initBuckets(tx *bolt.Tx) error {
 	}
 	return meta.Put(metaSchemaVersion, u64(schemaVersion))
 }
+
+// StopWaiting ends every wait, now and later, for a graceful shutdown: a
+// long-polling claim returns at once with what it has (a job already handed
+// off to it, else none), and a waiting AcquireLease returns ErrLeaseHeld, as
+// when their waits run out. Everything else goes on until Close.
+func (s *Store) StopWaiting() { s.drainOnce.Do(func() { close(s.draining) }) }
 
 // Path returns the file the store was opened on.
 func (s *Store) Path() string { return s.path }
@@ -411,6 +427,9 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		op.err = err
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, berrors.ErrMaxSizeReached) {
+			err = fmt.Errorf("%w of %d bytes", ErrFull, s.opts.MaxSize)
+		}
 		abort(fmt.Errorf("db: commit: %w", err))
 		return
 	}

@@ -342,6 +342,11 @@ func (s *Store) claimWaiting(ctx context.Context, req ClaimRequest) ([]Job, erro
 				return []Job{*job}, nil
 			}
 			return nil, nil
+		case <-s.draining: // StopWaiting: answered as when the wait runs out
+			if job := s.releaseWaiter(w); job != nil {
+				return []Job{*job}, nil
+			}
+			return nil, nil
 		case <-ctx.Done():
 			s.releaseWaiter(w)
 			return nil, ctx.Err()
