@@ -1,0 +1,342 @@
+//go:build linux
+
+package lazyfs_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/fenceq/fenceq/internal/lazyfs"
+	"github.com/hanwen/go-fuse/v2/fs"
+)
+
+// mount mounts a lazy view of a new backing directory and unmounts it when
+// the test ends, also when it fails. Without FUSE the test skips, except
+// under CI=true, where .ci/power.sh has installed it.
+func mount(t *testing.T, seed uint64) (l *lazyfs.FS, backing, mnt string) {
+	t.Helper()
+	dir := t.TempDir()
+	backing, mnt = filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
+	for _, d := range []string{backing, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := lazyfs.Mount(backing, mnt, seed)
+	if errors.Is(err, lazyfs.ErrNoFUSE) && os.Getenv("CI") != "true" {
+		t.Skipf("no FUSE here (%v); .ci/power.sh installs fuse3", err)
+	}
+	if err != nil {
+		t.Fatalf("Mount() error = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Unmount(); err != nil {
+			t.Errorf("Unmount() error = %v", err)
+		}
+	})
+	return l, backing, mnt
+}
+
+func syncDir(t *testing.T, dir string) {
+	t.Helper()
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		t.Fatalf("fsync(%s) error = %v", dir, err)
+	}
+}
+
+// createDurable creates name on the mount and syncs the directory, so that
+// the entry survives a cut and only the data is in question.
+func createDurable(t *testing.T, mnt, name string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(mnt, name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	syncDir(t, mnt)
+	return f
+}
+
+func readBacking(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("backing file: %v", err)
+	}
+	return b
+}
+
+func TestLazyFS_AnUnsyncedWriteIsGoneAfterACutAndASyncedOneSurvives(t *testing.T) {
+	l, backing, mnt := mount(t, 1)
+	f := createDurable(t, mnt, "data")
+	if _, err := f.WriteAt([]byte("synced."), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("Sync() error = %v", err)
+	}
+	if _, err := f.WriteAt([]byte("UNSYNCED"), 7); err != nil {
+		t.Fatal(err)
+	}
+	// Readers see the unsynced write, through a new descriptor too.
+	if got, _ := os.ReadFile(filepath.Join(mnt, "data")); string(got) != "synced.UNSYNCED" {
+		t.Fatalf("read through the mount = %q, want %q", got, "synced.UNSYNCED")
+	}
+	// The backing file has not got it: the write did not go through.
+	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "synced." {
+		t.Fatalf("backing file before the cut = %q, want %q", got, "synced.")
+	}
+
+	rep := l.Cut(false)
+	if rep.PendingWrites != 1 || rep.Dropped != 1 {
+		t.Errorf("Cut() = %+v, want 1 pending write, dropped", rep)
+	}
+	if _, err := f.WriteAt([]byte("after"), 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("write after the cut: error = %v, want EIO", err)
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync after the cut: error = %v, want EIO", err)
+	}
+	if _, err := os.Create(filepath.Join(mnt, "new")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("create after the cut: error = %v, want EIO", err)
+	}
+	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "synced." {
+		t.Errorf("backing file after the cut = %q, want %q", got, "synced.")
+	}
+}
+
+func TestLazyFS_MmapReadsSeeUnsyncedWritesAndTruncates(t *testing.T) {
+	_, backing, mnt := mount(t, 2)
+	f := createDurable(t, mnt, "data")
+	page := bytes.Repeat([]byte{'a'}, 4096)
+	if _, err := f.WriteAt(page, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// bbolt's way: grow with truncate, map, then pwrite under the map.
+	if err := f.Truncate(3 * 4096); err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 3*4096, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap: %v", err)
+	}
+	defer syscall.Munmap(m)
+	if m[0] != 'a' || m[4096] != 0 {
+		t.Fatalf("mapped bytes 0 and 4096 = %q %q, want 'a' and 0", m[0], m[4096])
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'b'}, 4096), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("c"), 2*4096+100); err != nil {
+		t.Fatal(err)
+	}
+	if m[4096] != 'b' || m[8191] != 'b' || m[2*4096+100] != 'c' {
+		t.Errorf("mapped bytes after unsynced writes = %q %q %q, want b b c", m[4096], m[8191], m[2*4096+100])
+	}
+	if st, err := os.Stat(filepath.Join(backing, "data")); err != nil || st.Size() != 4096 {
+		t.Errorf("backing file size before the sync = %v (%v), want 4096: the truncate is unsynced", st.Size(), err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got := readBacking(t, filepath.Join(backing, "data"))
+	if len(got) != 3*4096 || got[4096] != 'b' || got[2*4096+100] != 'c' {
+		t.Errorf("backing file after the sync: %d bytes, want %d with the writes", len(got), 3*4096)
+	}
+}
+
+func TestLazyFS_ACutInsideTheNthSyncFailsItAndKeepsTheSyncsBefore(t *testing.T) {
+	l, backing, mnt := mount(t, 3)
+	f := createDurable(t, mnt, "data")
+	l.CutAtSync(2, false)
+	if _, err := f.WriteAt([]byte("one"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("first fsync: %v, want it to complete", err)
+	}
+	if _, err := f.WriteAt([]byte("two"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Fdatasync(int(f.Fd())); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("second fdatasync: error = %v, want EIO (the cut is in it)", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done() is not closed after the cut")
+	}
+	if rep := l.Report(); !rep.InSync || rep.Dropped != 1 {
+		t.Errorf("Report() = %+v, want in a sync, one write dropped", rep)
+	}
+	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "one" {
+		t.Errorf("backing file = %q, want %q", got, "one")
+	}
+}
+
+// TestLazyFS_ATornCutKeepsSectorPrefixesInAnyOrder writes two versions over
+// each of many pages, unsynced, and cuts torn: every sector of a page must
+// be old, first or second version; some writes survive in part, some not
+// at all, and some pages show the first version over the second (the
+// writes landed out of order).
+func TestLazyFS_ATornCutKeepsSectorPrefixesInAnyOrder(t *testing.T) {
+	l, backing, mnt := mount(t, 4)
+	f := createDurable(t, mnt, "data")
+	const pages = 64
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'o'}, pages*4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []byte{'1', '2'} {
+		for p := range pages {
+			if _, err := f.WriteAt(bytes.Repeat([]byte{v}, 4096), int64(p)*4096); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rep := l.Cut(true)
+	if rep.PendingWrites != 2*pages || rep.Dropped == 0 || rep.Partial == 0 || rep.Whole == 0 {
+		t.Errorf("Cut(torn) = %+v, want %d pending, some dropped, some partial, some whole", rep, 2*pages)
+	}
+	got := readBacking(t, filepath.Join(backing, "data"))
+	if len(got) != pages*4096 {
+		t.Fatalf("backing file: %d bytes, want %d", len(got), pages*4096)
+	}
+	outOfOrder, torn := 0, 0
+	for p := range pages {
+		pg := got[p*4096 : (p+1)*4096]
+		var sectors []byte
+		for s := 0; s < 4096; s += lazyfs.Sector {
+			sec := pg[s : s+lazyfs.Sector]
+			if !bytes.Equal(sec, bytes.Repeat(sec[:1], lazyfs.Sector)) {
+				t.Fatalf("page %d sector %d is mixed: a write survived inside a sector", p, s/lazyfs.Sector)
+			}
+			sectors = append(sectors, sec[0])
+		}
+		if bytes.Contains(sectors, []byte("12")) {
+			outOfOrder++ // version 2's prefix, then version 1 laid over it
+		}
+		if bytes.ContainsAny(sectors, "12") && bytes.ContainsAny(sectors, "o") {
+			torn++
+		}
+	}
+	if outOfOrder == 0 || torn == 0 {
+		t.Errorf("%d pages show writes out of order and %d torn pages, want some of each", outOfOrder, torn)
+	}
+	t.Logf("torn cut: %+v; %d of %d pages out of order, %d torn", rep, outOfOrder, pages, torn)
+}
+
+func TestLazyFS_DirectoryChangesAreDurableOnlyAfterTheDirectoryIsSynced(t *testing.T) {
+	l, backing, mnt := mount(t, 5)
+	put := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(mnt, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(mnt, name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("kept", "old kept")
+	put("target", "old target")
+	syncDir(t, mnt)
+
+	put("durable", "a synced file in a synced entry")
+	if err := os.Mkdir(filepath.Join(mnt, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, mnt)
+	put("new", "a synced file in an unsynced entry")
+	put("sub/x", "synced into an unsynced entry of a synced directory")
+	// A rename over an existing file, unsynced, and an unlink, unsynced.
+	if err := os.Rename(filepath.Join(mnt, "durable"), filepath.Join(mnt, "target")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mnt, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(backing, "new")); err != nil {
+		t.Fatalf("backing: new is not there before the cut: %v", err)
+	}
+
+	rep := l.Cut(false)
+	if rep.UndoneDirOps != 4 {
+		t.Errorf("Cut() undid %d directory changes, want 4 (create new, create sub/x, rename, unlink)", rep.UndoneDirOps)
+	}
+	want := map[string]string{
+		"kept":    "old kept",
+		"target":  "old target",
+		"durable": "a synced file in a synced entry",
+	}
+	for name, content := range want {
+		if got := readBacking(t, filepath.Join(backing, name)); string(got) != content {
+			t.Errorf("backing %s = %q, want %q", name, got, content)
+		}
+	}
+	for _, gone := range []string{"new", "sub/x"} {
+		if _, err := os.Stat(filepath.Join(backing, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("backing %s: Stat error = %v, want not there (its directory was not synced)", gone, err)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(backing, "sub")); err != nil || !st.IsDir() {
+		t.Errorf("backing sub: %v, want the directory (its parent was synced)", err)
+	}
+}
+
+// TestLoopbackTrap_StockLoopbackWritesReachTheBackingFileAtOnce measures the
+// trap this package exists to avoid: with go-fuse's own loopback files a
+// write lands in the backing file at once (by kernel passthrough when run
+// as root, else by the daemon's pwrite), so a lazy layer that wraps them
+// has nothing left to forget at a cut.
+func TestLoopbackTrap_StockLoopbackWritesReachTheBackingFileAtOnce(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil && os.Getenv("CI") != "true" {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	dir := t.TempDir()
+	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
+	os.Mkdir(backing, 0o755)
+	os.Mkdir(mnt, 0o755)
+	root, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := fs.Mount(mnt, root, &fs.Options{})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	f, err := os.Create(filepath.Join(mnt, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte("never synced")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "never synced" {
+		t.Fatalf("backing file = %q: the stock loopback kept the write back", got)
+	}
+}
