@@ -721,9 +721,15 @@ func backupCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := os.Rename(tmp, *out); err != nil {
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(*out)); err == nil {
-		_ = d.Sync() // make the rename durable
+	// The rename survives a power cut only once the directory is synced
+	// (TestPowerLoss_ABackupSurvivesACutRightAfterItIsWritten).
+	d, err := os.Open(filepath.Dir(*out))
+	if err == nil {
+		err = d.Sync()
 		d.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("wrote %s, but syncing its directory failed, so a power cut may undo the rename: %w", *out, err)
 	}
 	if *asJSON {
 		return printJSON(stdout, map[string]any{"file": *out, "bytes": n, "verified": *verify, "audit_records": records})
