@@ -464,7 +464,7 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 	defer stop()
 
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 15))
-	var inSync, tornCuts, tornWrites, dropped, partial, pending, undone int
+	var inSync, tornCuts, tornWrites, tornMeta, dropped, partial, pending, undone int
 	for i := range cycles {
 		res := r.cutOnce(acks, rng)
 		rep := res.report
@@ -483,6 +483,11 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 		}
 		if rep.Partial > 0 {
 			tornWrites++
+		}
+		for _, off := range rep.PartialAt {
+			if off < 2*4096 {
+				tornMeta++ // one of bbolt's two meta pages (4 KiB pages here)
+			}
 		}
 		dropped += rep.Dropped
 		partial += rep.Partial
@@ -509,9 +514,9 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 		tokens += len(m)
 	}
 	t.Logf("power loss: %d cuts in %v (%d inside a sync, %d torn, %d with a write kept in part); %d unsynced writes at the cuts, %d dropped, %d kept in part "+
-		"(%.1f dropped per cut), %d directory changes undone; %d enqueues and %d completions acknowledged, %d lease tokens handed out; "+
+		"(%d of them a meta page; %.1f dropped per cut), %d directory changes undone; %d enqueues and %d completions acknowledged, %d lease tokens handed out; "+
 		"none lost, none completed twice, no token twice",
-		cycles, time.Since(started).Round(time.Second), inSync, tornCuts, tornWrites, pending, dropped, partial,
+		cycles, time.Since(started).Round(time.Second), inSync, tornCuts, tornWrites, pending, dropped, partial, tornMeta,
 		float64(dropped)/float64(cycles), undone, len(acks.enqueued), len(acks.completed), tokens)
 }
 

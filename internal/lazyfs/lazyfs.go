@@ -69,6 +69,8 @@ type Report struct {
 	// Dropped writes vanished whole; Partial survived as a strict prefix;
 	// Whole survived whole (torn mode only for the last two).
 	Dropped, Partial, Whole int
+	// PartialAt are the file offsets of the writes that survived in part.
+	PartialAt []int64
 	// UndoneDirOps is the number of directory changes the cut undid.
 	UndoneDirOps int
 }
@@ -247,6 +249,7 @@ func (l *FS) cutLocked(inSync, torn bool) {
 				end := ends[l.rng.IntN(len(ends))]
 				w.data = w.data[:end-w.off]
 				r.Partial++
+				r.PartialAt = append(r.PartialAt, w.off)
 			default:
 				r.Whole++
 			}
