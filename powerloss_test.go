@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -399,40 +400,52 @@ func (s *crashServer) startEnv(env []string) {
 
 // cycleResult is one cut and what the check found.
 type cycleResult struct {
-	report   lazyfs.Report
-	check    *powerCheck
-	syncs    int // file syncs the mount completed
-	enqueued int
-	done     int
+	report lazyfs.Report
+	check  *powerCheck
+	syncs  int // file syncs the mount completed
+	// killedFirst: the server was killed before the cut, not after.
+	killedFirst bool
+	enqueued    int
+	done        int
 }
 
 // cutOnce lets the load run, cuts the power (inside the n-th sync from now,
-// or after a while when no sync comes), kills the server, unmounts and
+// always when inSync, or after a while), kills the server, unmounts and
 // checks the backing file.
-func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand) cycleResult {
+func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand, inSync bool) cycleResult {
 	t := r.t
 	torn := rng.IntN(2) == 0
+	killFirst := false
 	// Most cuts land inside a sync, where the unsynced writes are; the
 	// rest at a moment, and after a long wait when no sync comes (a
-	// NoSync build hardly syncs).
+	// NoSync build hardly syncs). One in eight kills the server first and
+	// cuts afterwards, to measure how little that finds.
 	fallback := time.Duration(200+rng.IntN(1800)) * time.Millisecond
-	if rng.IntN(4) != 0 {
+	switch k := rng.IntN(8); {
+	case k < 6 || inSync:
 		r.fs.CutAtSync(1+rng.IntN(1500), torn)
 		fallback = 5 * time.Second
+	case k == 6:
+		killFirst = true
 	}
 	select {
 	case <-r.fs.Done():
 	case <-time.After(fallback):
+		if killFirst {
+			r.srv.kill()
+		}
 		r.fs.Cut(torn)
 	}
 	rep := r.fs.Report()
 	syncs := r.fs.Stats().Syncs
-	r.srv.kill()
+	if !killFirst {
+		r.srv.kill()
+	}
 	r.unmount()
 	pc := checkPowerAcks(t, filepath.Join(r.backing, "fenceq.db"), acks)
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
-	return cycleResult{report: rep, check: pc, syncs: syncs, enqueued: len(acks.enqueued), done: len(acks.completed)}
+	return cycleResult{report: rep, check: pc, syncs: syncs, killedFirst: killFirst, enqueued: len(acks.enqueued), done: len(acks.completed)}
 }
 
 // runLoad starts the producers, workers and lease takers; stop ends them.
@@ -465,18 +478,20 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 15))
 	var inSync, tornCuts, tornWrites, tornMeta, dropped, partial, pending, undone int
+	var killedFirst, pendingKilledFirst, pendingInSync int
 	for i := range cycles {
-		res := r.cutOnce(acks, rng)
+		res := r.cutOnce(acks, rng, i == 0) // the first one surely finds unsynced writes
 		rep := res.report
-		t.Logf("cycle %d: after %d syncs, cut in a sync %v, torn %v: %d unsynced writes (%d bytes), %d dropped, %d in part, %d whole; "+
+		t.Logf("cycle %d: after %d syncs, killed first %v, cut in a sync %v, torn %v: %d unsynced writes (%d bytes), %d dropped, %d in part, %d whole; "+
 			"%d directory changes undone; so far %d enqueues and %d completions acknowledged; jobs %v",
-			i+1, res.syncs, rep.InSync, rep.Torn, rep.PendingWrites, rep.PendingBytes, rep.Dropped, rep.Partial, rep.Whole,
+			i+1, res.syncs, res.killedFirst, rep.InSync, rep.Torn, rep.PendingWrites, rep.PendingBytes, rep.Dropped, rep.Partial, rep.Whole,
 			rep.UndoneDirOps, res.enqueued, res.done, res.check.states)
 		if len(res.check.losses) > 0 {
 			t.Fatalf("cycle %d lost acknowledged work:\n%s", i+1, strings.Join(res.check.losses, "\n"))
 		}
 		if rep.InSync {
 			inSync++
+			pendingInSync += rep.PendingWrites
 		}
 		if rep.Torn {
 			tornCuts++
@@ -493,10 +508,56 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 		partial += rep.Partial
 		pending += rep.PendingWrites
 		undone += rep.UndoneDirOps
+		if res.killedFirst {
+			killedFirst++
+			pendingKilledFirst += rep.PendingWrites
+		}
 		r.up()
 	}
 	stop()
-	r.srv.kill()
+
+	// The last file serves on: once every lease has run out, every job
+	// that is not completed can be claimed and completed, and a clean
+	// shutdown leaves a file with everything acknowledged in it.
+	time.Sleep(powerLease + 100*time.Millisecond)
+	drained := 0
+	for {
+		status, raw, err := r.srv.client.do("POST", "/v1/claim", `{"worker":"drain","queues":["power"],"lease_ms":30000,"max":100}`)
+		if err != nil {
+			t.Fatalf("drain claim: %v", err)
+		}
+		if status == http.StatusNoContent {
+			break
+		}
+		var page struct{ Jobs []crashJob }
+		if status != http.StatusOK || json.Unmarshal(raw, &page) != nil {
+			t.Fatalf("drain claim: status %d %s", status, raw)
+		}
+		for _, j := range page.Jobs {
+			status, raw, err := r.srv.client.do("POST", fmt.Sprintf("/v1/jobs/%d/complete", j.ID),
+				fmt.Sprintf(`{"worker":"drain","fencing_token":%d,"result":"drained"}`, j.FencingToken))
+			if err != nil || status != http.StatusOK {
+				t.Fatalf("drain complete of job %d: %d %s %v", j.ID, status, raw, err)
+			}
+			drained++
+		}
+	}
+	if err := r.srv.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.srv.proc.exit(t, 30*time.Second); code != 0 {
+		t.Fatalf("fenceq after SIGTERM exited %d; stderr:\n%s", code, r.srv.proc.stderr)
+	}
+	r.unmount()
+	final := checkPowerAcks(t, filepath.Join(r.backing, "fenceq.db"), acks)
+	if len(final.losses) > 0 {
+		t.Fatalf("after the drain:\n%s", strings.Join(final.losses, "\n"))
+	}
+	for state, n := range final.states {
+		if state != db.StateCompleted {
+			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
+		}
+	}
 
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
@@ -514,10 +575,11 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 		tokens += len(m)
 	}
 	t.Logf("power loss: %d cuts in %v (%d inside a sync, %d torn, %d with a write kept in part); %d unsynced writes at the cuts, %d dropped, %d kept in part "+
-		"(%d of them a meta page; %.1f dropped per cut), %d directory changes undone; %d enqueues and %d completions acknowledged, %d lease tokens handed out; "+
+		"(%d of them a meta page; %.1f dropped per cut), %d directory changes undone; "+
+		"cuts inside a sync found %d unsynced writes, %d cuts after a kill found %d; %d jobs drained after the last restart; %d enqueues and %d completions acknowledged, %d lease tokens handed out; "+
 		"none lost, none completed twice, no token twice",
 		cycles, time.Since(started).Round(time.Second), inSync, tornCuts, tornWrites, pending, dropped, partial, tornMeta,
-		float64(dropped)/float64(cycles), undone, len(acks.enqueued), len(acks.completed), tokens)
+		float64(dropped)/float64(cycles), undone, pendingInSync, killedFirst, pendingKilledFirst, drained, len(acks.enqueued), len(acks.completed), tokens)
 }
 
 // TestPowerLoss_NoSyncControlLosesAcknowledgedWrites is the control: the
@@ -534,7 +596,7 @@ func TestPowerLoss_NoSyncControlLosesAcknowledgedWrites(t *testing.T) {
 	defer stop()
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 16))
 	for i := range cycles {
-		res := r.cutOnce(acks, rng)
+		res := r.cutOnce(acks, rng, false)
 		rep := res.report
 		if len(res.check.losses) > 0 {
 			t.Logf("NoSync control: cycle %d (cut in a sync %v, torn %v, %d unsynced writes, %d dropped) with %d enqueues and %d completions acknowledged lost:\n%s",
