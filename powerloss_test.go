@@ -26,15 +26,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/internal/lazyfs"
 )
-
-const powerLease = 300 * time.Millisecond
 
 // powerAcks is what the server acknowledged, keyed by payload: a job lost
 // to a cut frees its id for the next enqueue, so an id proves nothing.
@@ -62,112 +59,29 @@ func (a *powerAcks) badf(format string, args ...any) {
 	}
 }
 
-// powerProducer enqueues one job, or a batch of three, at a time; every
-// payload is new.
-func powerProducer(c *crashClient, acks *powerAcks, run, name string, stop <-chan struct{}) {
-	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 11))
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			return
-		default:
+func (a *powerAcks) enqueueAcked(payloads []string, jobs []crashJob) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, j := range jobs {
+		if string(j.Payload) != payloads[i] {
+			a.bad = append(a.bad, fmt.Sprintf("enqueue of %s answered payload %s", payloads[i], j.Payload))
 		}
-		payloads := []string{fmt.Sprintf(`{"p":"%s-%s-%d"}`, run, name, n)}
-		if rng.IntN(5) == 0 {
-			payloads = append(payloads, fmt.Sprintf(`{"p":"%s-%s-%d-b"}`, run, name, n), fmt.Sprintf(`{"p":"%s-%s-%d-c"}`, run, name, n))
-		}
-		var reqs []string
-		for _, p := range payloads {
-			reqs = append(reqs, fmt.Sprintf(`{"queue":"power","payload":%s,"max_attempts":100000}`, p))
-		}
-		body := reqs[0]
-		if len(reqs) > 1 {
-			body = "[" + strings.Join(reqs, ",") + "]"
-		}
-		status, raw, err := c.do("POST", "/v1/jobs", body)
-		if err != nil || status >= 500 {
-			time.Sleep(5 * time.Millisecond) // down, or cut: not acknowledged
-			continue
-		}
-		if status != http.StatusCreated {
-			acks.badf("enqueue: status %d %s", status, raw)
-			continue
-		}
-		var jobs []crashJob
-		if len(reqs) == 1 {
-			var j crashJob
-			if json.Unmarshal(raw, &j) == nil {
-				jobs = append(jobs, j)
-			}
-		} else {
-			var page struct{ Jobs []crashJob }
-			_ = json.Unmarshal(raw, &page)
-			jobs = page.Jobs
-		}
-		if len(jobs) != len(payloads) {
-			acks.badf("enqueue of %d jobs answered %s", len(payloads), raw)
-			continue
-		}
-		acks.mu.Lock()
-		for i, j := range jobs {
-			if string(j.Payload) != payloads[i] {
-				acks.bad = append(acks.bad, fmt.Sprintf("enqueue of %s answered payload %s", payloads[i], j.Payload))
-			}
-			acks.enqueued[payloads[i]] = true
-		}
-		acks.mu.Unlock()
-		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+		a.enqueued[payloads[i]] = true
 	}
 }
 
-// powerWorker claims and completes; now and then it fails an attempt or
-// heartbeats first.
-func powerWorker(c *crashClient, acks *powerAcks, worker string, stop <-chan struct{}) {
-	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 12))
-	for {
-		select {
-		case <-stop:
-			return
-		default:
-		}
-		status, raw, err := c.do("POST", "/v1/claim",
-			fmt.Sprintf(`{"worker":%q,"queues":["power"],"lease_ms":%d}`, worker, powerLease.Milliseconds()))
-		if err != nil || status >= 500 {
-			time.Sleep(5 * time.Millisecond)
-			continue
-		}
-		if status == http.StatusNoContent {
-			time.Sleep(2 * time.Millisecond)
-			continue
-		}
-		var job crashJob
-		if status != http.StatusOK || json.Unmarshal(raw, &job) != nil || job.ID == 0 || job.FencingToken == 0 {
-			acks.badf("claim: status %d %s", status, raw)
-			continue
-		}
-		jobPath := fmt.Sprintf("/v1/jobs/%d", job.ID)
-		switch r := rng.IntN(100); {
-		case r < 10:
-			c.do("POST", jobPath+"/fail", fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"error":"power test","retry_delay_ms":0}`, worker, job.FencingToken))
-			continue
-		case r < 40:
-			c.do("POST", jobPath+"/heartbeat", fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"lease_ms":%d}`, worker, job.FencingToken, powerLease.Milliseconds()))
-		}
-		result := fmt.Sprintf(`{"payload":%s,"token":%d,"by":%q}`, job.Payload, job.FencingToken, worker)
-		status, _, err = c.do("POST", jobPath+"/complete",
-			fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":%s}`, worker, job.FencingToken, result))
-		if err != nil || status != http.StatusOK {
-			continue // no answer, a cut, or a stale token: not acknowledged
-		}
-		payload := string(job.Payload)
-		acks.mu.Lock()
-		if prev, ok := acks.completed[payload]; ok {
-			acks.doubles = append(acks.doubles, fmt.Sprintf("job %s: completed with token %d, then again with token %d", payload, prev.token, job.FencingToken))
-		}
-		acks.completed[payload] = crashCompletion{token: job.FencingToken, result: result}
-		acks.mu.Unlock()
+func (a *powerAcks) completeAcked(job crashJob, result string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := string(job.Payload)
+	if prev, ok := a.completed[p]; ok {
+		a.doubles = append(a.doubles, fmt.Sprintf("job %s: completed with token %d, then again with token %d", p, prev.token, job.FencingToken))
 	}
+	a.completed[p] = crashCompletion{token: job.FencingToken, result: result}
 }
+
+// serverErrorsExpected: between a cut and the kill, every commit fails.
+func (a *powerAcks) serverErrorsExpected() bool { return true }
 
 // powerLeaser takes named leases (short, sometimes released) and records
 // every token it was handed.
@@ -448,16 +362,18 @@ func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand, inSync bool) cycleR
 	return cycleResult{report: rep, check: pc, syncs: syncs, killedFirst: killFirst, enqueued: len(acks.enqueued), done: len(acks.completed)}
 }
 
-// runLoad starts the producers, workers and lease takers; stop ends them.
+// runLoad starts the producers, workers (crash_test.go's) and lease
+// takers; stop ends them.
 func runLoad(c *crashClient, acks *powerAcks, run string) (stop func()) {
 	ch := make(chan struct{})
 	var wg sync.WaitGroup
 	goLoad := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+	st := &crashStats{}
 	for i := range 2 {
-		goLoad(func() { powerProducer(c, acks, run, fmt.Sprintf("p%d", i), ch) })
+		goLoad(func() { crashProducer(c, acks, st, "power", fmt.Sprintf("%s-p%d", run, i), ch) })
 	}
 	for i := range 3 {
-		goLoad(func() { powerWorker(c, acks, fmt.Sprintf("w%d", i), ch) })
+		goLoad(func() { crashWorker(c, acks, st, "power", fmt.Sprintf("w%d", i), ch) })
 	}
 	names := []string{"power/a", "power/b"}
 	for i := range 2 {
@@ -519,35 +435,8 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 	// The last file serves on: once every lease has run out, every job
 	// that is not completed can be claimed and completed, and a clean
 	// shutdown leaves a file with everything acknowledged in it.
-	time.Sleep(powerLease + 100*time.Millisecond)
-	drained := 0
-	for {
-		status, raw, err := r.srv.client.do("POST", "/v1/claim", `{"worker":"drain","queues":["power"],"lease_ms":30000,"max":100}`)
-		if err != nil {
-			t.Fatalf("drain claim: %v", err)
-		}
-		if status == http.StatusNoContent {
-			break
-		}
-		var page struct{ Jobs []crashJob }
-		if status != http.StatusOK || json.Unmarshal(raw, &page) != nil {
-			t.Fatalf("drain claim: status %d %s", status, raw)
-		}
-		for _, j := range page.Jobs {
-			status, raw, err := r.srv.client.do("POST", fmt.Sprintf("/v1/jobs/%d/complete", j.ID),
-				fmt.Sprintf(`{"worker":"drain","fencing_token":%d,"result":"drained"}`, j.FencingToken))
-			if err != nil || status != http.StatusOK {
-				t.Fatalf("drain complete of job %d: %d %s %v", j.ID, status, raw, err)
-			}
-			drained++
-		}
-	}
-	if err := r.srv.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := r.srv.proc.exit(t, 30*time.Second); code != 0 {
-		t.Fatalf("fenceq after SIGTERM exited %d; stderr:\n%s", code, r.srv.proc.stderr)
-	}
+	time.Sleep(crashLease + 100*time.Millisecond)
+	drained := r.srv.drain("power")
 	r.unmount()
 	final := checkPowerAcks(t, filepath.Join(r.backing, "fenceq.db"), acks)
 	if len(final.losses) > 0 {

@@ -263,6 +263,16 @@ func (l *FS) cutLocked(inSync, torn bool) {
 	close(l.cutDone)
 }
 
+// lock takes the filesystem's lock; after a cut it returns false, unlocked.
+func (l *FS) lock() bool {
+	l.mu.Lock()
+	if l.cut {
+		l.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // syncLocked counts a sync and reports whether it may go ahead; false means
 // the cut landed in it (or came before it).
 func (l *FS) syncLocked() bool {
@@ -478,22 +488,26 @@ func (n *node) newChild(ctx context.Context, rel string, st *syscall.Stat_t, out
 	if mode != syscall.S_IFREG && mode != syscall.S_IFDIR {
 		return nil, syscall.EACCES
 	}
+	var f *file
 	if mode == syscall.S_IFREG {
-		f, err := n.lfs.fileFor(filepath.Join(n.lfs.backing, rel), st)
-		if err != nil {
+		var err error
+		if f, err = n.lfs.fileFor(filepath.Join(n.lfs.backing, rel), st); err != nil {
 			return nil, fs.ToErrno(err)
 		}
-		if err := attrOf(f, st, &out.Attr); err != nil {
-			return nil, fs.ToErrno(err)
-		}
-	} else {
-		out.Attr.FromStat(st)
+	}
+	if err := attrOf(f, st, &out.Attr); err != nil {
+		return nil, fs.ToErrno(err)
 	}
 	return n.NewInode(ctx, &node{lfs: n.lfs}, fs.StableAttr{Mode: mode, Ino: st.Ino}), 0
 }
 
+// attrOf fills out from st, with the size readers see when f (the state
+// of a regular file; nil for a directory) has unsynced writes.
 func attrOf(f *file, st *syscall.Stat_t, out *fuse.Attr) error {
 	out.FromStat(st)
+	if f == nil {
+		return nil
+	}
 	size, err := f.size()
 	if err != nil {
 		return err
@@ -504,11 +518,10 @@ func attrOf(f *file, st *syscall.Stat_t, out *fuse.Attr) error {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	rel := n.child(name)
 	var st syscall.Stat_t
 	if err := syscall.Lstat(filepath.Join(n.lfs.backing, rel), &st); err != nil {
@@ -537,28 +550,22 @@ func (n *node) fileLocked() (*file, *syscall.Stat_t, error) {
 }
 
 func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	f, st, err := n.fileLocked()
 	if err != nil {
 		return fs.ToErrno(err)
-	}
-	if f == nil {
-		out.Attr.FromStat(st)
-		return 0
 	}
 	return fs.ToErrno(attrOf(f, st, &out.Attr))
 }
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	f, st, err := n.fileLocked()
 	if err != nil {
 		return fs.ToErrno(err)
@@ -576,19 +583,14 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		}
 		st.Mode = st.Mode&syscall.S_IFMT | mode&0o7777
 	}
-	if f == nil {
-		out.Attr.FromStat(st)
-		return 0
-	}
 	return fs.ToErrno(attrOf(f, st, &out.Attr))
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, 0, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	f, _, err := n.fileLocked()
 	if err != nil {
 		return nil, 0, fs.ToErrno(err)
@@ -603,11 +605,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, nil, 0, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	rel := n.child(name)
 	p := filepath.Join(n.lfs.backing, rel)
 	fd, err := syscall.Open(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_RDWR, mode&0o7777)
@@ -636,11 +637,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	f, _, err := n.fileLocked()
 	if err != nil {
 		return nil, fs.ToErrno(err)
@@ -656,11 +656,10 @@ func (n *node) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int6
 }
 
 func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return 0, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	f, _, err := n.fileLocked()
 	if err != nil {
 		return 0, fs.ToErrno(err)
@@ -699,11 +698,10 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 }
 
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	ents, err := os.ReadDir(n.path())
 	if err != nil {
 		return nil, fs.ToErrno(err)
@@ -722,11 +720,10 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return nil, syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	rel := n.child(name)
 	p := filepath.Join(n.lfs.backing, rel)
 	if err := os.Mkdir(p, os.FileMode(mode&0o777)); err != nil {
@@ -741,11 +738,10 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	rel := n.child(name)
 	if err := syscall.Rmdir(filepath.Join(n.lfs.backing, rel)); err != nil {
 		return fs.ToErrno(err)
@@ -755,11 +751,10 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	rel := n.child(name)
 	p := filepath.Join(n.lfs.backing, rel)
 	var st syscall.Stat_t
@@ -778,11 +773,10 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	n.lfs.mu.Lock()
-	defer n.lfs.mu.Unlock()
-	if n.lfs.cut {
+	if !n.lfs.lock() {
 		return syscall.EIO
 	}
+	defer n.lfs.mu.Unlock()
 	const renameNoReplace = 1
 	if flags&^renameNoReplace != 0 {
 		return syscall.EINVAL
