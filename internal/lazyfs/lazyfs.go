@@ -15,8 +15,9 @@
 // A cut is a power loss: every later operation on the mount fails with
 // EIO, and the backing directory is left as a power cut would leave a
 // disk, each file as of its last sync. In torn mode, each unsynced write
-// may survive in part: a prefix ending on a 512-byte boundary, the
-// survivors landing in any order. A cut can be armed to land inside the
+// may survive in part: a prefix ending on a 512-byte boundary (a write of
+// one sector or less survives whole or not at all), the survivors landing
+// in any order. A cut can be armed to land inside the
 // N-th sync from now, which then fails instead of completing.
 //
 // File data is served by this package, never by go-fuse's loopback files:
@@ -98,6 +99,7 @@ type FS struct {
 	armed   int // the cut lands in the armed-th sync from now; 0: not armed
 	armTorn bool
 	stats   Stats
+	gone    bool // unmounted
 }
 
 // Mount mounts a lazy view of backing at mountpoint (both existing
@@ -112,7 +114,7 @@ func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
 	}
 	backing, err := filepath.Abs(backing)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lazyfs: %w", err)
 	}
 	// Undone unlinks and overwritten rename targets wait here, beside the
 	// backing directory (a rename must not cross filesystems).
@@ -128,12 +130,7 @@ func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
 		// No kernel caching of names or attributes: what the kernel
 		// believes is what this package says, at every call.
 		EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero,
-		MountOptions: fuse.MountOptions{
-			FsName: "lazyfs", Name: "lazyfs",
-			// Open answers no file handle, so there is no backing fd to
-			// pass through: every read and write comes to this package.
-			MaxBackground: 16,
-		},
+		MountOptions: fuse.MountOptions{FsName: "lazyfs", Name: "lazyfs"},
 	})
 	if err != nil {
 		os.RemoveAll(stash)
@@ -146,18 +143,47 @@ func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
 // Mountpoint is where the filesystem is mounted.
 func (l *FS) Mountpoint() string { return l.mountpoint }
 
-// Unmount unmounts (fusermount3 -u, lazily when that fails) and removes
-// the stash. The backing directory keeps what survived.
+// Unmount unmounts (fusermount3 -u; detached with -z when busy) and
+// removes the stash. After a cut the backing directory keeps what survived;
+// without one, Unmount is a clean shutdown and everything written reaches
+// it, as when a real filesystem is unmounted. A second Unmount does nothing.
 func (l *FS) Unmount() error {
-	err := l.server.Unmount()
-	if err != nil {
-		if out, lerr := exec.Command("fusermount3", "-u", "-z", l.mountpoint).CombinedOutput(); lerr != nil {
-			err = fmt.Errorf("lazyfs: unmount %s: %v; fusermount3 -u -z: %v %s", l.mountpoint, err, lerr, out)
-		} else {
-			err = nil
-		}
+	l.mu.Lock()
+	if l.gone {
+		l.mu.Unlock()
+		return nil
 	}
-	l.server.Wait()
+	l.gone = true
+	var err error
+	if !l.cut {
+		for _, f := range l.files {
+			if aerr := f.apply(f.pending); aerr != nil && err == nil {
+				err = fmt.Errorf("lazyfs: unmount: %w", aerr)
+			}
+			f.pending = nil
+		}
+		for _, op := range l.dirOps {
+			if op.stashed != "" {
+				os.RemoveAll(op.stashed)
+			}
+		}
+		l.dirOps = nil
+	}
+	l.mu.Unlock()
+	if uerr := l.server.Unmount(); uerr != nil {
+		// A process still has a file open: detach the mount now; the
+		// kernel lets go when the last file is closed.
+		if out, zerr := exec.Command("fusermount3", "-u", "-z", l.mountpoint).CombinedOutput(); zerr != nil {
+			err = fmt.Errorf("lazyfs: unmount %s: %v; fusermount3 -u -z: %v %s", l.mountpoint, uerr, zerr, out)
+		}
+	} else {
+		l.server.Wait()
+	}
+	l.mu.Lock()
+	for _, f := range l.files {
+		f.fd.Close()
+	}
+	l.mu.Unlock()
 	os.RemoveAll(l.stash)
 	return err
 }
@@ -256,7 +282,7 @@ func (l *FS) cutLocked(inSync, torn bool) {
 			survivors = append(survivors, w)
 		}
 		l.rng.Shuffle(len(survivors), func(i, j int) { survivors[i], survivors[j] = survivors[j], survivors[i] })
-		f.apply(survivors)
+		_ = f.apply(survivors) // what the backing file refuses is lost like the rest
 		f.pending = nil
 	}
 	l.report = r
@@ -599,8 +625,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		f.pending = append(f.pending, write{off: 0, truncate: true})
 		n.lfs.stats.Writes++
 	}
-	// No FOPEN_DIRECT_IO: mmap needs the page cache, and without
-	// writeback caching every write still comes here at once.
+	// No file handle, so no backing fd for go-fuse to pass through to
+	// the kernel: every read and write comes here. No FOPEN_DIRECT_IO:
+	// mmap needs the page cache, and without writeback caching every
+	// write still comes here at once.
 	return nil, 0, 0
 }
 
@@ -613,12 +641,15 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	p := filepath.Join(n.lfs.backing, rel)
 	fd, err := syscall.Open(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_RDWR, mode&0o7777)
 	created := err == nil
-	if err != nil && !errors.Is(err, syscall.EEXIST) || err != nil && flags&syscall.O_EXCL != 0 {
-		return nil, nil, 0, fs.ToErrno(err)
-	}
-	if created {
+	switch {
+	case created:
 		syscall.Close(fd)
 		n.lfs.dirOps = append(n.lfs.dirOps, &dirOp{kind: "create", dir: n.rel(), name: rel})
+	case errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0:
+		// Created meanwhile (the kernel asked on a stale negative
+		// entry): open it as it is.
+	default:
+		return nil, nil, 0, fs.ToErrno(err)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
@@ -631,6 +662,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if !created && flags&syscall.O_TRUNC != 0 {
 		f := n.lfs.files[st.Ino]
 		f.pending = append(f.pending, write{off: 0, truncate: true})
+		n.lfs.stats.Writes++
 		out.Attr.Size = 0
 	}
 	return ch, nil, 0, 0

@@ -114,6 +114,30 @@ func TestLazyFS_AnUnsyncedWriteIsGoneAfterACutAndASyncedOneSurvives(t *testing.T
 	}
 }
 
+func TestLazyFS_AnUnmountWithoutACutIsACleanShutdown(t *testing.T) {
+	l, backing, mnt := mount(t, 6)
+	f, err := os.Create(filepath.Join(mnt, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written, never synced")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := os.Stat(filepath.Join(backing, "data")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBacking(t, filepath.Join(backing, "data")); len(got) != 0 {
+		t.Fatalf("backing file before the unmount = %q, want it empty", got)
+	}
+	if err := l.Unmount(); err != nil {
+		t.Fatalf("Unmount() error = %v", err)
+	}
+	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "written, never synced" {
+		t.Errorf("backing file after a clean unmount = %q, want the write", got)
+	}
+}
+
 func TestLazyFS_MmapReadsSeeUnsyncedWritesAndTruncates(t *testing.T) {
 	_, backing, mnt := mount(t, 2)
 	f := createDurable(t, mnt, "data")
