@@ -379,7 +379,9 @@ func runLoad(c *crashClient, acks *powerAcks, run string) (stop func()) {
 	for i := range 2 {
 		goLoad(func() { crashProducer(c, acks, st, "power", fmt.Sprintf("%s-p%d", run, i), ch) })
 	}
-	for i := range 3 {
+	// More workers than producers: crash_test.go's workers stall now and
+	// then past their lease, and the cuts should find completions too.
+	for i := range 8 {
 		goLoad(func() { crashWorker(c, acks, st, "power", fmt.Sprintf("w%d", i), ch) })
 	}
 	names := []string{"power/a", "power/b"}
