@@ -37,13 +37,13 @@ import (
 // to a cut frees its id for the next enqueue, so an id proves nothing.
 type powerAcks struct {
 	mu        sync.Mutex
-	enqueued  map[string]bool            // payload → answered 201
-	completed map[string]crashCompletion // payload → completion answered 200
-	doubles   []string                   // a job whose completion was acknowledged twice
-	tokens    map[string]map[uint64]string
-	leaseMax  map[string]uint64 // name → highest token an acquire was answered with
-	leaseDup  []string          // a lease token handed out twice
-	bad       []string          // answers no cut explains (malformed bodies)
+	enqueued  map[string]bool              // payload → answered 201
+	completed map[string]crashCompletion   // payload → completion answered 200
+	doubles   []string                     // a job whose completion was acknowledged twice
+	tokens    map[string]map[uint64]string // lease name → token → the holder it was handed to
+	leaseMax  map[string]uint64            // name → highest token an acquire was answered with
+	leaseDup  []string                     // a lease token handed out twice
+	bad       []string                     // answers no cut explains (malformed bodies)
 }
 
 func newPowerAcks() *powerAcks {
@@ -228,16 +228,16 @@ func checkPowerAcks(t *testing.T, path string, acks *powerAcks) *powerCheck {
 
 // powerCycles is the number of cuts: 5 by default (CI's short form),
 // FENCEQ_POWERLOSS_CYCLES for the long form.
-func powerCycles(t *testing.T) (n int, long bool) {
+func powerCycles(t *testing.T) int {
 	v := os.Getenv("FENCEQ_POWERLOSS_CYCLES")
 	if v == "" {
-		return 5, false
+		return 5
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
 		t.Fatalf("FENCEQ_POWERLOSS_CYCLES=%q: want a positive number", v)
 	}
-	return n, true
+	return n
 }
 
 // powerRig is a backing directory, the mount over it, and the server on
@@ -393,7 +393,7 @@ func runLoad(c *crashClient, acks *powerAcks, run string) (stop func()) {
 }
 
 func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
-	cycles, _ := powerCycles(t)
+	cycles := powerCycles(t)
 	started := time.Now()
 	r := newPowerRig(t, nil)
 	r.up()
@@ -488,7 +488,7 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 // proves nothing. It stops at the first cut that loses something, so it
 // runs in the short form too.
 func TestPowerLoss_NoSyncControlLosesAcknowledgedWrites(t *testing.T) {
-	cycles, _ := powerCycles(t)
+	cycles := powerCycles(t)
 	r := newPowerRig(t, []string{"FENCEQ_TEST_NOSYNC=1"})
 	r.up()
 	acks := newPowerAcks()
@@ -544,15 +544,9 @@ func TestPowerLoss_ABackupSurvivesACutRightAfterItIsWritten(t *testing.T) {
 		}
 	}
 	l := mountLazy(t, backing, mnt, 1)
-	mounted := true
-	t.Cleanup(func() {
-		if mounted {
-			l.Unmount()
-		}
-	})
+	t.Cleanup(func() { l.Unmount() })
 	mustRun(t, env, 0, "backup", "--out", filepath.Join(mnt, "backup.db"))
 	rep := l.Cut(false)
-	mounted = false
 	if err := l.Unmount(); err != nil {
 		t.Fatal(err)
 	}
