@@ -54,7 +54,7 @@ import (
 const Sector = 512
 
 // ErrNoFUSE is returned by Mount when this machine cannot mount FUSE
-// filesystems (no /dev/fuse, or no fusermount3).
+// filesystems (no /dev/fuse, no fusermount3, or the mount is refused).
 var ErrNoFUSE = errors.New("lazyfs: FUSE is not available")
 
 // Report is what a cut did.
@@ -134,7 +134,9 @@ func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
 	})
 	if err != nil {
 		os.RemoveAll(stash)
-		return nil, fmt.Errorf("lazyfs: mount %s: %w", mountpoint, err)
+		// /dev/fuse may be there but unusable (no permission, no
+		// CAP_SYS_ADMIN in a container): FUSE is not available either.
+		return nil, fmt.Errorf("%w: mount %s: %v", ErrNoFUSE, mountpoint, err)
 	}
 	l.server = srv
 	return l, nil
