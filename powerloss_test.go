@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -319,6 +320,37 @@ func (s *crashServer) startEnv(env []string) {
 	s.client.base.Store(&base)
 }
 
+// killAfterCut is kill for a server whose disk has gone: it may have
+// exited already (a read through its memory map fails after a cut, and
+// the kernel sends SIGBUS). It returns what it said as it died then.
+func (s *crashServer) killAfterCut() (diedAlone string) {
+	s.t.Helper()
+	empty := ""
+	s.client.base.Store(&empty)
+	err := s.proc.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-s.proc.done:
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("fenceq did not die within 10s of SIGKILL")
+	}
+	if !errors.Is(err, os.ErrProcessDone) {
+		if err != nil {
+			s.t.Fatalf("SIGKILL: %v", err)
+		}
+		return ""
+	}
+	// Where a Go runtime crash starts, else the last lines.
+	out := s.proc.stderr.String()
+	from := max(0, len(out)-400)
+	for _, m := range []string{"unexpected fault address", "fatal error:", "panic:"} {
+		if i := strings.Index(out, m); i >= 0 {
+			from = i
+			break
+		}
+	}
+	return out[from:min(len(out), from+400)]
+}
+
 // cycleResult is one cut and what the check found.
 type cycleResult struct {
 	report lazyfs.Report
@@ -326,8 +358,11 @@ type cycleResult struct {
 	syncs  int // file syncs the mount completed
 	// killedFirst: the server was killed before the cut, not after.
 	killedFirst bool
-	enqueued    int
-	done        int
+	// diedAlone is the end of the server's stderr when it had exited
+	// after the cut before it was killed.
+	diedAlone string
+	enqueued  int
+	done      int
 }
 
 // cutOnce lets the load run, cuts the power (inside the n-th sync from now,
@@ -359,14 +394,15 @@ func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand, inSync bool) cycleR
 	}
 	rep := r.fs.Report()
 	syncs := r.fs.Stats().Syncs
+	diedAlone := ""
 	if !killFirst {
-		r.srv.kill()
+		diedAlone = r.srv.killAfterCut()
 	}
 	r.unmount()
 	pc := checkPowerAcks(t, filepath.Join(r.backing, "fenceq.db"), acks)
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
-	return cycleResult{report: rep, check: pc, syncs: syncs, killedFirst: killFirst, enqueued: len(acks.enqueued), done: len(acks.completed)}
+	return cycleResult{report: rep, check: pc, syncs: syncs, killedFirst: killFirst, diedAlone: diedAlone, enqueued: len(acks.enqueued), done: len(acks.completed)}
 }
 
 // runLoad starts the producers, workers (crash_test.go's) and lease
@@ -411,6 +447,14 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 			"%d directory changes undone; so far %d enqueues and %d completions acknowledged; jobs %v",
 			i+1, res.syncs, res.killedFirst, rep.InSync, rep.Torn, rep.PendingWrites, rep.PendingBytes, rep.Dropped, rep.Partial, rep.Whole,
 			rep.UndoneDirOps, res.enqueued, res.done, res.check.states)
+		if res.diedAlone != "" {
+			// Dying of the cut is fine (an mmap read that fails is SIGBUS);
+			// dying of anything else is a crash under load.
+			if !strings.Contains(res.diedAlone, "SIGBUS") && !strings.Contains(res.diedAlone, "input/output error") {
+				t.Errorf("cycle %d: the server exited on its own, not of the cut's I/O errors:\n%s", i+1, res.diedAlone)
+			}
+			t.Logf("cycle %d: the server had exited after the cut:\n%s", i+1, res.diedAlone)
+		}
 		if len(res.check.losses) > 0 {
 			t.Fatalf("cycle %d lost acknowledged work:\n%s", i+1, strings.Join(res.check.losses, "\n"))
 		}

@@ -3,11 +3,16 @@
 package lazyfs_test
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -153,13 +158,9 @@ func TestLazyFS_MmapReadsSeeUnsyncedWritesAndTruncates(t *testing.T) {
 	if err := f.Truncate(3 * 4096); err != nil {
 		t.Fatal(err)
 	}
-	m, err := syscall.Mmap(int(f.Fd()), 0, 3*4096, syscall.PROT_READ, syscall.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap: %v", err)
-	}
-	defer syscall.Munmap(m)
-	if m[0] != 'a' || m[4096] != 0 {
-		t.Fatalf("mapped bytes 0 and 4096 = %q %q, want 'a' and 0", m[0], m[4096])
+	m := startMapper(t, filepath.Join(mnt, "data"), 3*4096)
+	if a, z := m.at(t, 0), m.at(t, 4096); a != "97" || z != "0" {
+		t.Fatalf("mapped bytes 0 and 4096 = %s %s, want 97 ('a') and 0", a, z)
 	}
 	if _, err := f.WriteAt(bytes.Repeat([]byte{'b'}, 4096), 4096); err != nil {
 		t.Fatal(err)
@@ -167,8 +168,8 @@ func TestLazyFS_MmapReadsSeeUnsyncedWritesAndTruncates(t *testing.T) {
 	if _, err := f.WriteAt([]byte("c"), 2*4096+100); err != nil {
 		t.Fatal(err)
 	}
-	if m[4096] != 'b' || m[8191] != 'b' || m[2*4096+100] != 'c' {
-		t.Errorf("mapped bytes after unsynced writes = %q %q %q, want b b c", m[4096], m[8191], m[2*4096+100])
+	if b1, b2, c := m.at(t, 4096), m.at(t, 8191), m.at(t, 2*4096+100); b1 != "98" || b2 != "98" || c != "99" {
+		t.Errorf("mapped bytes after unsynced writes = %s %s %s, want 98 98 99 ('b' 'b' 'c')", b1, b2, c)
 	}
 	if st, err := os.Stat(filepath.Join(backing, "data")); err != nil || st.Size() != 4096 {
 		t.Errorf("backing file size before the sync = %v (%v), want 4096: the truncate is unsynced", st.Size(), err)
@@ -208,6 +209,27 @@ func TestLazyFS_ACutInsideTheNthSyncFailsItAndKeepsTheSyncsBefore(t *testing.T) 
 	}
 	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "one" {
 		t.Errorf("backing file = %q, want %q", got, "one")
+	}
+}
+
+// TestLazyFS_AfterACutAMappedPageNotInTheCacheFaults: what a server with
+// its file mapped meets after a cut (bbolt reads through mmap): a read of
+// a page the kernel must fetch fails, which the kernel turns into SIGBUS.
+func TestLazyFS_AfterACutAMappedPageNotInTheCacheFaults(t *testing.T) {
+	l, _, mnt := mount(t, 7)
+	f := createDurable(t, mnt, "data")
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'a'}, 1<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// The mapper's open drops the file's cached pages (no
+	// FOPEN_KEEP_CACHE), so its last page must come from the daemon.
+	m := startMapper(t, filepath.Join(mnt, "data"), 1<<20)
+	l.Cut(false)
+	if got := m.at(t, 1<<20-1); got != "fault" {
+		t.Errorf("a read through the mapping after the cut = %s, want a fault", got)
 	}
 }
 
@@ -369,4 +391,99 @@ func TestLoopbackTrap_StockLoopbackWritesReachTheBackingFileAtOnce(t *testing.T)
 	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "never synced" {
 		t.Fatalf("backing file = %q: the stock loopback kept the write back", got)
 	}
+}
+
+// TestMain runs the mapper (below) when the test binary is started as one.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("LAZYFS_TEST_MAPPER"); path != "" {
+		os.Exit(runMapper(path))
+	}
+	os.Exit(m.Run())
+}
+
+// runMapper maps path (LAZYFS_TEST_MAPPER_SIZE bytes) and answers each
+// offset read from stdin with the byte there, or "fault". Mapped reads of
+// a FUSE file run in a process of their own: a page fault served by a
+// daemon in the same process can deadlock on the process's memory map.
+func runMapper(path string) int {
+	size, err := strconv.Atoi(os.Getenv("LAZYFS_TEST_MAPPER_SIZE"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mapper:", err)
+		return 2
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mapper:", err)
+		return 2
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mapper: mmap:", err)
+		return 2
+	}
+	debug.SetPanicOnFault(true)
+	fmt.Println("mapped")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		off, err := strconv.Atoi(sc.Text())
+		if err != nil || off < 0 || off >= size {
+			fmt.Println("bad offset")
+			continue
+		}
+		fmt.Println(mappedByte(m, off))
+	}
+	return 0
+}
+
+func mappedByte(m []byte, off int) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = "fault"
+		}
+	}()
+	return strconv.Itoa(int(m[off]))
+}
+
+type mapper struct {
+	in  io.Writer
+	out *bufio.Scanner
+}
+
+// startMapper starts this test binary as a mapper of path; it is killed
+// when the test ends, before the mount is unmounted.
+func startMapper(t *testing.T, path string, size int) *mapper {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "LAZYFS_TEST_MAPPER="+path, fmt.Sprintf("LAZYFS_TEST_MAPPER_SIZE=%d", size))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	m := &mapper{in: in, out: bufio.NewScanner(out)}
+	if !m.out.Scan() || m.out.Text() != "mapped" {
+		t.Fatalf("mapper of %s did not start: %q %v", path, m.out.Text(), m.out.Err())
+	}
+	return m
+}
+
+// at is the mapper's byte at off: a decimal number, or "fault".
+func (m *mapper) at(t *testing.T, off int) string {
+	t.Helper()
+	fmt.Fprintln(m.in, off)
+	if !m.out.Scan() {
+		t.Fatalf("mapper: no answer for offset %d: %v", off, m.out.Err())
+	}
+	return m.out.Text()
 }
