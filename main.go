@@ -186,9 +186,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ln.Close()
 
+	// FENCEQ_TEST_NOSYNC=1 is for the power-loss test's control only
+	// (docs/powerloss.md): commits are acknowledged unsynced.
+	noSync := os.Getenv("FENCEQ_TEST_NOSYNC") == "1"
+	if noSync {
+		logger.Warn("FENCEQ_TEST_NOSYNC=1: commits are not synced, a power cut loses acknowledged writes (for tests only)")
+	}
 	store, err := db.Open(cfg.dbPath, db.Options{
 		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
 		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize,
+		NoSync: noSync,
 	})
 	if err != nil {
 		if errors.Is(err, db.ErrLocked) {

@@ -765,9 +765,15 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 	if err := os.Rename(tmp, out); err != nil {
 		return backupResult{}, err
 	}
-	if d, err := os.Open(filepath.Dir(out)); err == nil {
-		_ = d.Sync() // make the rename durable
+	// The rename survives a power cut only once the directory is synced
+	// (TestPowerLoss_ABackupSurvivesACutRightAfterItIsWritten).
+	d, err := os.Open(filepath.Dir(out))
+	if err == nil {
+		err = d.Sync()
 		d.Close()
+	}
+	if err != nil {
+		return backupResult{}, fmt.Errorf("wrote %s, but syncing its directory failed, so a power cut may undo the rename: %w", out, err)
 	}
 	return r, nil
 }
