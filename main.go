@@ -20,6 +20,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -231,12 +232,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	store, err := db.Open(cfg.dbPath, db.Options{
-		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle),
+	// The one place that picks an engine.
+	store, err := bolt.Open(cfg.dbPath, bolt.Options{
+		Rules: db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
+			RequireFencing: cfg.requireFencing},
+		SettleTime: settleOption(cfg.commitSettle),
 	})
 	if err != nil {
-		if errors.Is(err, db.ErrLocked) {
+		if errors.Is(err, bolt.ErrLocked) {
 			return fmt.Errorf("%w; is another fenceq serving this file?", err)
 		}
 		return err
@@ -312,7 +315,7 @@ func isLoopback(addr string) bool {
 // sweepLoop deletes finished jobs past their retention, in small
 // transactions (db.DefaultSweepBatch jobs each) that share commits with
 // the traffic and never hold the writer long.
-func sweepLoop(ctx context.Context, store *db.Store, retention, every time.Duration, logger *slog.Logger) {
+func sweepLoop(ctx context.Context, store db.Store, retention, every time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -330,7 +333,7 @@ func sweepLoop(ctx context.Context, store *db.Store, retention, every time.Durat
 	}
 }
 
-// settleOption maps --commit-settle to db.Options.SettleTime, where 0 means
+// settleOption maps --commit-settle to bolt.Options.SettleTime, where 0 means
 // the default and a negative value turns the wait off.
 func settleOption(d time.Duration) time.Duration {
 	if d <= 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"syscall"
 
 	"github.com/fenceq/fenceq/db"
@@ -26,24 +25,14 @@ func invalidArgument(format string, args ...any) *Error {
 	return &Error{http.StatusBadRequest, "invalid_argument", fmt.Sprintf(format, args...)}
 }
 
-// codes maps the store's sentinel errors to API errors, in one place.
-var codes = []struct {
-	err    error
-	status int
-	code   string
-}{
-	{db.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
-	{db.ErrTooLarge, http.StatusRequestEntityTooLarge, "resource_exhausted"},
-	{db.ErrJobNotFound, http.StatusNotFound, "not_found"},
-	{db.ErrClaimNotFound, http.StatusNotFound, "not_found"},
-	{db.ErrClaimMismatch, http.StatusConflict, "failed_precondition"},
-	{db.ErrWrongState, http.StatusConflict, "failed_precondition"},
-	{db.ErrClosed, http.StatusServiceUnavailable, "unavailable"},
-	{db.ErrLeaseHeld, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseNotHeld, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseExhausted, http.StatusConflict, "failed_precondition"},
-	{db.ErrNotCurrent, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseNotFound, http.StatusNotFound, "not_found"},
+// statuses maps the store's refusal codes to HTTP statuses, in one place.
+// The store's code is the API code; its message is the API message.
+var statuses = map[db.Code]int{
+	db.CodeInvalid:     http.StatusBadRequest,
+	db.CodeTooLarge:    http.StatusRequestEntityTooLarge,
+	db.CodeNotFound:    http.StatusNotFound,
+	db.CodeConflict:    http.StatusConflict,
+	db.CodeUnavailable: http.StatusServiceUnavailable,
 }
 
 // toAPIError classifies err. Unknown errors are internal: logged in full,
@@ -85,14 +74,10 @@ func toAPIError(err error) (*Error, bool) {
 			return &Error{he.Code, "invalid_argument", msg}, true
 		}
 	}
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			// The sentinel's own text may follow a prefix ("jobs[1]: db: …").
-			msg := strings.Replace(err.Error(), "db: ", "", 1)
-			if c.err == db.ErrInvalidArgument {
-				msg = strings.Replace(msg, "invalid argument: ", "", 1)
-			}
-			return &Error{c.status, c.code, msg}, true
+	var refusal *db.Error
+	if errors.As(err, &refusal) {
+		if status, ok := statuses[refusal.Code]; ok {
+			return &Error{status, string(refusal.Code), refusal.Message}, true
 		}
 	}
 	return &Error{http.StatusInternalServerError, "internal", "internal error"}, false

@@ -15,13 +15,10 @@ import (
 // StatusStore is the read side the status page and the metrics need, on
 // top of the operations of Store.
 type StatusStore interface {
-	ListClaimedJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
-	ListScheduledJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
-	ListDeadJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
+	ListJobsInState(ctx context.Context, req db.StateListRequest) ([]db.Job, error)
 	ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error)
 	AuditHead(ctx context.Context) (db.AuditHead, error)
 	AuditCounts(ctx context.Context) (db.AuditCounts, error)
-	FileStats() (db.FileStats, error)
 }
 
 // Throughput is kept in memory as counts per 10-second bucket over the
@@ -391,14 +388,13 @@ func (s *Server) status(c echo.Context) error {
 		lists := []struct {
 			dst   **jobListResponse
 			state db.State
-			list  func(context.Context, db.IndexListRequest) ([]db.Job, error)
 		}{
-			{&out.Claimed, db.StateClaimed, s.store.ListClaimedJobs},
-			{&out.Scheduled, db.StateScheduled, s.store.ListScheduledJobs},
-			{&out.Dead, db.StateDead, s.store.ListDeadJobs},
+			{&out.Claimed, db.StateClaimed},
+			{&out.Scheduled, db.StateScheduled},
+			{&out.Dead, db.StateDead},
 		}
 		for _, l := range lists {
-			jobs, err := l.list(ctx, db.IndexListRequest{Limit: limit})
+			jobs, err := s.store.ListJobsInState(ctx, db.StateListRequest{State: l.state, Limit: limit})
 			if err != nil {
 				return err
 			}

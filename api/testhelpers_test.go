@@ -16,33 +16,30 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // testServer is the real API over HTTP on 127.0.0.1:0, backed by a real
-// bbolt file in t.TempDir().
+// store from newStore.
 type testServer struct {
 	t      testing.TB
 	URL    string
-	store  *db.Store
+	store  db.Store
 	client *http.Client
 }
 
-// newTestServer opens a store with opts and serves api.New over it. On
-// cleanup the server stops and the file must pass the store's integrity
-// check and audit verification before it is closed.
-func newTestServer(tb testing.TB, opts db.Options, cfg api.Config) *testServer {
+// newStore opens the store the HTTP tests run on, with rules (the clock and
+// limits). It is the engine's factory: the tests run on whichever engine it
+// opens. The default is a bbolt file in tb.TempDir(); on cleanup it must
+// pass the engine's integrity check and audit verification.
+var newStore = func(tb testing.TB, rules db.Rules) db.Store {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := db.Open(path, opts)
+	store, err := bolt.Open(path, bolt.Options{Rules: rules})
 	if err != nil {
-		tb.Fatalf("db.Open(%s) error = %v", path, err)
+		tb.Fatalf("bolt.Open(%s) error = %v", path, err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	srv := httptest.NewServer(api.New(store, cfg))
 	tb.Cleanup(func() {
-		srv.Close()
 		if err := store.Check(); err != nil {
 			tb.Errorf("store.Check() after test = %v", err)
 		}
@@ -53,6 +50,18 @@ func newTestServer(tb testing.TB, opts db.Options, cfg api.Config) *testServer {
 			tb.Errorf("store.Close() = %v", err)
 		}
 	})
+	return store
+}
+
+// newTestServer serves api.New over a store from newStore with rules.
+func newTestServer(tb testing.TB, rules db.Rules, cfg api.Config) *testServer {
+	tb.Helper()
+	store := newStore(tb, rules)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv := httptest.NewServer(api.New(store, cfg))
+	tb.Cleanup(srv.Close) // runs before the store's cleanup: cleanups run last-in first-out
 	client := srv.Client()
 	client.Timeout = 20 * time.Second
 	return &testServer{t: tb, URL: srv.URL, store: store, client: client}

@@ -14,24 +14,24 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // server is the real API (api.New over a bbolt file in t.TempDir()) on
 // 127.0.0.1:0.
 type server struct {
 	URL   string
-	store *db.Store
+	store *bolt.Store
 }
 
 // newServer starts the API over a fresh store. On cleanup the file must
 // pass the store's integrity check and audit verification.
-func newServer(tb testing.TB, opts db.Options, cfg api.Config) *server {
+func newServer(tb testing.TB, opts bolt.Options, cfg api.Config) *server {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := db.Open(path, opts)
+	store, err := bolt.Open(path, opts)
 	if err != nil {
-		tb.Fatalf("db.Open(%s) = %v", path, err)
+		tb.Fatalf("bolt.Open(%s) = %v", path, err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -1,0 +1,337 @@
+package bolt
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/dbtest"
+	"github.com/fenceq/fenceq/internal/testclock"
+	"github.com/vmihailenco/msgpack/v5"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// mixedWorkload drives s through every kind of change, with refusals in
+// between, and returns how many changes it made (each appends one audit
+// record). It leaves, at clk.Now():
+//
+//	1 a claimed by local|w4, token 2, lease to now+30s
+//	2 a claimed by local|w1, token 1, lease to now+44s
+//	3 b completed with result and attestation
+//	4 b scheduled at now+14s
+//	5 a dead: "lease expired"
+//	6 b cancelled
+//	7 a available (retried after a cancel)
+//	8 b scheduled at now+5s, failed once
+//	9 b available, idempotency key "b-2", enqueued last
+func mixedWorkload(t *testing.T, s *Store, clk *testclock.Clock) uint64 {
+	t.Helper()
+	var changes uint64
+	ok := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("workload: %s: %v", what, err)
+		}
+		changes++
+	}
+	refused := func(what string, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) {
+			t.Fatalf("workload: %s: error = %v, want %v", what, err, want)
+		}
+	}
+	claim := func(worker string, want ...uint64) {
+		t.Helper()
+		jobs, err := s.ClaimJobs(ctx, db.ClaimRequest{Principal: "local", Worker: worker, Queues: []string{"a", "b"}, Max: len(want), Lease: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("workload: claim by %s: %v", worker, err)
+		}
+		var got []uint64
+		for _, j := range jobs {
+			got = append(got, j.ID)
+		}
+		if !slicesEqual(got, want) {
+			t.Fatalf("workload: claim by %s = %v, want %v", worker, got, want)
+		}
+		changes += uint64(len(jobs))
+	}
+
+	res, err := s.EnqueueJobs(ctx, []db.EnqueueRequest{
+		{Principal: "producer", Queue: "a", Priority: 1, IdempotencyKey: "a-1"},
+		{Principal: "producer", Queue: "a", Priority: 5},
+		{Principal: "producer", Queue: "b", Priority: 5, Payload: json.RawMessage(`{"x":[1,2]}`)},
+		{Principal: "producer", Queue: "b", Delay: 30 * time.Second},
+		{Principal: "producer", Queue: "a", Priority: 9, MaxAttempts: 1},
+		{Principal: "producer", Queue: "b", Priority: -1},
+		{Principal: "producer", Queue: "a"},
+		{Principal: "producer", Queue: "b", Priority: 2, IdempotencyKey: "b-1"},
+	})
+	ok("enqueue batch", err)
+	changes += uint64(len(res)) - 1
+	_, err = s.EnqueueJob(ctx, db.EnqueueRequest{Queue: "a", IdempotencyKey: "a-1"}) // repeat: no change
+	if err != nil {
+		t.Fatalf("workload: repeat enqueue: %v", err)
+	}
+
+	claim("w1", 5, 2, 3)
+	_, err = s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(2, "w1", 1), Lease: time.Minute})
+	ok("heartbeat 2", err)
+	_, err = s.CompleteJob(ctx, db.CompleteRequest{Fenced: fenced(3, "w1", 1), Result: json.RawMessage(`{"rows":3}`), Attestation: json.RawMessage(`{"sha256":"abc"}`)})
+	ok("complete 3", err)
+	_, err = s.CompleteJob(ctx, db.CompleteRequest{Fenced: fenced(2, "w1", 7), Attestation: json.RawMessage(`"stale"`)})
+	refused("complete 2 with token 7", err, dbtest.ErrClaimMismatch)
+	_, err = s.FailJob(ctx, db.FailRequest{Fenced: fenced(2, "w9", 1)})
+	refused("fail 2 by w9", err, dbtest.ErrClaimNotFound)
+
+	clk.Advance(time.Second)
+	claim("w2", 8)
+	_, err = s.FailJob(ctx, db.FailRequest{Fenced: fenced(8, "w2", 1), Error: "timeout", RetryDelay: durationPtr(20 * time.Second)})
+	ok("fail 8", err)
+	claim("w3", 1)
+	_, err = s.FailJob(ctx, db.FailRequest{Fenced: fenced(1, "w3", 1), Error: "bad input", Final: true})
+	ok("final fail 1", err)
+	_, err = s.CancelJob(ctx, db.JobRequest{Principal: "admin", ID: 7})
+	ok("cancel 7", err)
+	_, err = s.RetryJob(ctx, db.JobRequest{Principal: "admin", ID: 7})
+	ok("retry 7", err)
+	_, err = s.CancelJob(ctx, db.JobRequest{Principal: "admin", ID: 6})
+	ok("cancel 6", err)
+	_, err = s.CancelJob(ctx, db.JobRequest{Principal: "admin", ID: 3})
+	refused("cancel completed 3", err, dbtest.ErrWrongState)
+	_, err = s.RetryJob(ctx, db.JobRequest{Principal: "admin", ID: 1})
+	ok("retry 1", err)
+
+	clk.Advance(15 * time.Second) // job 5's lease is over and it has no attempts left
+	claim("w4", 1)
+	changes++ // job 5 went dead on the way
+	_, err = s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(1, "w4", 2), Lease: 30 * time.Second})
+	ok("heartbeat 1", err)
+	_, err = s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(5, "w1", 1)})
+	refused("heartbeat of dead 5", err, dbtest.ErrClaimNotFound)
+	_, err = s.EnqueueJob(ctx, db.EnqueueRequest{Principal: "producer", Queue: "b", IdempotencyKey: "b-2"})
+	ok("enqueue 9", err)
+	return changes
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTheAuditChainVerifiesAfterAMixedWorkloadAndAReopen(t *testing.T) {
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	s := mustOpenStoreAt(t, path, testOptions(clk))
+	changes := mixedWorkload(t, s, clk)
+
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil {
+		t.Fatalf("VerifyAudit() error = %v", err)
+	}
+	if !rep.OK || rep.FirstBroken != 0 || rep.HeadSeq != changes || rep.Records != changes {
+		t.Fatalf("VerifyAudit() = %+v, want OK with HeadSeq and Records %d", rep, changes)
+	}
+	recs, err := s.ListAudit(ctx, 0, db.MaxListLimit)
+	if err != nil || uint64(len(recs)) != changes {
+		t.Fatalf("ListAudit() = %d records, %v; want %d", len(recs), err, changes)
+	}
+	for i, r := range recs {
+		if r.Seq != uint64(i+1) {
+			t.Errorf("audit record %d has seq %d, want %d", i, r.Seq, i+1)
+		}
+		if i > 0 && r.PrevHash != recs[i-1].Hash {
+			t.Errorf("audit record %d prev_hash %s, want record %d's hash %s", r.Seq, r.PrevHash, i, recs[i-1].Hash)
+		}
+	}
+	if last := recs[len(recs)-1]; last.Hash != rep.HeadHash {
+		t.Errorf("last audit hash %s, want the head %s", last.Hash, rep.HeadHash)
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpenStoreAt(t, path, testOptions(clk))
+	again, err := s.VerifyAudit(ctx)
+	if err != nil || again != rep {
+		t.Errorf("VerifyAudit() after reopen = %+v, %v; want %+v", again, err, rep)
+	}
+}
+
+// tamper changes the stored audit log with fn in its own transaction.
+func tamper(t *testing.T, s *Store, fn func(b *bbolt.Bucket) error) {
+	t.Helper()
+	if err := s.bolt.Update(func(tx *bbolt.Tx) error { return fn(tx.Bucket(bucketAudit)) }); err != nil {
+		t.Fatalf("tamper: %v", err)
+	}
+}
+
+func TestVerifyAuditReportsTheFirstBrokenRecord(t *testing.T) {
+	const target = 10 // a claim by local|w1 in mixedWorkload
+	tests := []struct {
+		name   string
+		change func(b *bbolt.Bucket) error
+		want   uint64
+	}{
+		{"one byte of a record flipped", func(b *bbolt.Bucket) error {
+			v := bytes.Clone(b.Get(u64(target)))
+			i := bytes.Index(v, []byte("local"))
+			if i < 0 {
+				return errors.New("record has no principal local")
+			}
+			v[i] ^= 0x01 // "local" → "mocal"
+			return b.Put(u64(target), v)
+		}, target},
+		{"one byte of a record's stored hash flipped", func(b *bbolt.Bucket) error {
+			v := bytes.Clone(b.Get(u64(target)))
+			v[len(v)-1] ^= 0x80
+			return b.Put(u64(target), v)
+		}, target},
+		{"a record rewritten with a hash of its own", func(b *bbolt.Bucket) error {
+			var r db.AuditLink
+			if err := msgpack.Unmarshal(b.Get(u64(target)), &r); err != nil {
+				return err
+			}
+			r.Principal = "mallory"
+			h, err := r.ComputeHash()
+			if err != nil {
+				return err
+			}
+			r.Hash = h
+			v, err := encodeRecord(&r)
+			if err != nil {
+				return err
+			}
+			return b.Put(u64(target), v)
+		}, target + 1},
+		{"a record deleted", func(b *bbolt.Bucket) error { return b.Delete(u64(target)) }, target},
+		{"a record that does not decode", func(b *bbolt.Bucket) error { return b.Put(u64(target), []byte{0xc1}) }, target},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			s := mustOpenStore(t, testOptions(clk))
+			changes := mixedWorkload(t, s, clk)
+			tamper(t, s, tt.change)
+
+			rep, err := s.VerifyAudit(ctx)
+			if err != nil {
+				t.Fatalf("VerifyAudit() error = %v", err)
+			}
+			if rep.OK || rep.FirstBroken != tt.want || rep.Reason == "" {
+				t.Errorf("VerifyAudit() = OK %v FirstBroken %d reason %q, want not OK, first broken %d with a reason",
+					rep.OK, rep.FirstBroken, rep.Reason, tt.want)
+			}
+			if rep.HeadSeq != changes {
+				t.Errorf("VerifyAudit() HeadSeq = %d, want %d", rep.HeadSeq, changes)
+			}
+		})
+	}
+}
+
+func TestVerifyAuditReportsATruncatedChain(t *testing.T) {
+	clk := newFakeClock()
+	s := mustOpenStore(t, testOptions(clk))
+	changes := mixedWorkload(t, s, clk)
+	tamper(t, s, func(b *bbolt.Bucket) error { return b.Delete(u64(changes)) })
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || rep.OK || rep.FirstBroken != changes {
+		t.Errorf("VerifyAudit() after deleting the last record = OK %v FirstBroken %d, %v; want not OK, %d",
+			rep.OK, rep.FirstBroken, err, changes)
+	}
+}
+
+// No single-byte change of a stored record goes unnoticed, unless it only
+// changes how the same record is encoded.
+func TestVerifyAuditNoticesEverySingleByteChangeOfARecord(t *testing.T) {
+	clk := newFakeClock()
+	s := mustOpenStore(t, testOptions(clk))
+	mixedWorkload(t, s, clk)
+	const target = 13 // the completion of job 3, with details
+
+	// One write transaction, rolled back: nothing reaches the file.
+	tx, err := s.bolt.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	b := tx.Bucket(bucketAudit)
+	orig := bytes.Clone(b.Get(u64(target)))
+	var want db.AuditLink
+	if err := msgpack.Unmarshal(orig, &want); err != nil {
+		t.Fatal(err)
+	}
+	if want.Action != "complete" {
+		t.Fatalf("audit record %d is %s, want complete", target, want.Action)
+	}
+	for i := range orig {
+		for _, mask := range []byte{0x01, 0xff} {
+			v := bytes.Clone(orig)
+			v[i] ^= mask
+			if err := b.Put(u64(target), v); err != nil {
+				t.Fatal(err)
+			}
+			rep := verifyAudit(tx)
+			if rep.FirstBroken == target {
+				continue
+			}
+			var got db.AuditLink
+			if err := msgpack.Unmarshal(v, &got); err == nil && equalAudit(got, want) {
+				continue // another encoding of the same record
+			}
+			t.Errorf("byte %d ^ %#x: verify = OK %v FirstBroken %d, want %d", i, mask, rep.OK, rep.FirstBroken, target)
+		}
+	}
+}
+
+func equalAudit(a, b db.AuditLink) bool {
+	ea, err1 := encodeRecord(&a)
+	eb, err2 := encodeRecord(&b)
+	return err1 == nil && err2 == nil && bytes.Equal(ea, eb)
+}
+
+// The record appendAudit stores (encoded once, see sealAudit) is exactly
+// the documented form: the map with its hash key, encoded as a whole, and
+// hash = SHA-256(prev_hash ‖ the map without it).
+func TestSealedAuditRecordIsTheWholeRecordEncoded(t *testing.T) {
+	prev := bytes.Repeat([]byte{7}, 32)
+	for i, rec := range []db.AuditLink{
+		{Seq: 1, Time: 0, PrevHash: make([]byte, 32)},
+		{Seq: 2, Time: 1_700_000_000_123_456_789, Principal: "local", Action: "claim", Subject: "job:42", Token: 3, PrevHash: prev},
+		{Seq: 1 << 40, Time: -5, Principal: "p", Action: "complete", Subject: "job:18446744073709551615", Token: 1<<64 - 1,
+			Details: map[string]string{"zeta": "1", "attestation_sha256": "ab", "reclaimed_from": "x|y"}, PrevHash: prev},
+		{Seq: 9, Principal: string(bytes.Repeat([]byte("é"), 300)), Action: "sweep", Subject: "jobs", Details: map[string]string{"deleted": "500"}, PrevHash: prev},
+	} {
+		want := rec
+		h, err := want.ComputeHash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Hash = h
+		wantBytes, err := encodeRecord(&want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rec
+		gotBytes, err := got.Seal()
+		if err != nil {
+			t.Fatalf("record %d: sealAudit: %v", i, err)
+		}
+		if !bytes.Equal(got.Hash, h) {
+			t.Errorf("record %d: hash %x, want %x", i, got.Hash, h)
+		}
+		if !bytes.Equal(gotBytes, wantBytes) {
+			t.Errorf("record %d: stored bytes\n%x\nwant\n%x", i, gotBytes, wantBytes)
+		}
+	}
+}
