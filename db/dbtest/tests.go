@@ -2,6 +2,8 @@ package dbtest
 
 // tests lists the suite, file by file.
 var tests = []test{
+	// audit.go
+	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
 	// claim.go
 	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
 	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},
@@ -24,10 +26,23 @@ var tests = []test{
 	{"EnqueueJobStoresAvailableOrScheduledJobs", testEnqueueJobStoresAvailableOrScheduledJobs},
 	{"JobTransitions", testJobTransitions},
 	{"RefusalsChangeNothing", testRefusalsChangeNothing},
+	// leases.go
+	{"Store_AcquireLease", testStore_AcquireLease},
+	{"Store_AcquireLease_OneWinnerPerRound", testStore_AcquireLease_OneWinnerPerRound},
+	{"Store_RenewLease", testStore_RenewLease},
+	{"Store_ReleaseLease", testStore_ReleaseLease},
+	{"Store_CheckLease", testStore_CheckLease},
+	{"Store_AcquireLease_Wait", testStore_AcquireLease_Wait},
+	{"Store_ListLeases", testStore_ListLeases},
+	{"Store_CheckJob", testStore_CheckJob},
 	// linearizability.go
 	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},
 	// model.go
 	{"Model_StoreFollowsTheRules", testModel_StoreFollowsTheRules},
+	// status.go
+	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
+	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},
+	{"Store_AuditCountsAndSubjects", testStore_AuditCountsAndSubjects},
 	// wait.go
 	{"ClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob", testClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob},
 	{"ClaimWaitEndsWhenItsContextIsCancelled", testClaimWaitEndsWhenItsContextIsCancelled},
