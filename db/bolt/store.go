@@ -338,7 +338,7 @@ func (s *Store) take(batch *[]*writeOp, op *writeOp) bool {
 // hand-off of the jobs that step made available (handOff). A refusal fails
 // its mutation alone; an error in apply or a hand-off aborts the commit and
 // fails every mutation in it. Waiters are woken only after the commit
-// (notify registers that on the transaction).
+// (handOff registers the wake-ups on the transaction).
 func (s *Store) commitBatch(batch []*writeOp) {
 	finish := func(err error) {
 		for _, op := range batch {
