@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // cliServer starts "fenceq serve" on a fresh file and returns its base URL
@@ -234,9 +234,9 @@ func TestCLI_AuditVerifyAndBackup(t *testing.T) {
 	if _, err := os.Stat(backup + ".partial"); !os.IsNotExist(err) {
 		t.Errorf("backup left %s.partial behind (stat: %v)", backup, err)
 	}
-	s, err := db.Open(backup, db.Options{ReadOnly: true})
+	s, err := bolt.Open(backup, bolt.Options{ReadOnly: true})
 	if err != nil {
-		t.Fatalf("db.Open(backup) = %v", err)
+		t.Fatalf("bolt.Open(backup) = %v", err)
 	}
 	defer s.Close()
 	if err := s.Check(); err != nil {

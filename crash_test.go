@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // crashLease is the lease every worker of the crash test takes: short, so
@@ -383,9 +384,9 @@ func randomHex(t *testing.T, n int) string {
 // are sound. It returns the store's jobs of the queue by state.
 func checkAcks(t *testing.T, path string, acks *crashAcks, when string) map[db.State]int {
 	t.Helper()
-	s, err := db.Open(path, db.Options{LockTimeout: 5 * time.Second})
+	s, err := bolt.Open(path, bolt.Options{LockTimeout: 5 * time.Second})
 	if err != nil {
-		t.Fatalf("%s: db.Open(%s) error = %v", when, path, err)
+		t.Fatalf("%s: bolt.Open(%s) error = %v", when, path, err)
 	}
 	defer s.Close()
 	if err := s.Check(); err != nil {
@@ -562,9 +563,9 @@ func faultMount(t *testing.T, size string) string {
 // faultFile makes a fenceq file with one job at path and returns its bytes.
 func faultFile(t *testing.T, path string) []byte {
 	t.Helper()
-	s, err := db.Open(path, db.Options{})
+	s, err := bolt.Open(path, bolt.Options{})
 	if err != nil {
-		t.Fatalf("db.Open(%s) error = %v", path, err)
+		t.Fatalf("bolt.Open(%s) error = %v", path, err)
 	}
 	if _, err := s.EnqueueJob(context.Background(), db.EnqueueRequest{Principal: "local"}); err != nil {
 		t.Fatal(err)

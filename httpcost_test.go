@@ -35,7 +35,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // With FENCEQ_TEST_RAW_HTTP set to a file path, the test binary is the raw
@@ -55,7 +55,7 @@ var rawBucket = []byte("jobs")
 // rawStore is the baseline's storage: one bucket, key the job id (8 bytes),
 // value a state byte and the job's bytes.
 type rawStore struct {
-	db      *bolt.DB
+	db      *bbolt.DB
 	ops     atomic.Uint64
 	firstTx int
 }
@@ -67,12 +67,12 @@ const (
 )
 
 func openRawStore(path string) (*rawStore, error) {
-	db, err := bolt.Open(path, 0o600, nil)
+	db, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		return nil, err
 	}
 	db.MaxBatchDelay = time.Millisecond
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(rawBucket)
 		return err
 	})
@@ -87,7 +87,7 @@ func openRawStore(path string) (*rawStore, error) {
 
 func (r *rawStore) lastTx() int {
 	var id int
-	_ = r.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+	_ = r.db.View(func(tx *bbolt.Tx) error { id = tx.ID(); return nil })
 	return id
 }
 
@@ -95,8 +95,8 @@ func rawJobKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id)
 
 // batch runs fn in a shared db.Batch commit. fn may run twice (bbolt retries
 // a batch without the call that failed), so it only puts what it computes.
-func (r *rawStore) batch(fn func(b *bolt.Bucket) error) error {
-	err := r.db.Batch(func(tx *bolt.Tx) error { return fn(tx.Bucket(rawBucket)) })
+func (r *rawStore) batch(fn func(b *bbolt.Bucket) error) error {
+	err := r.db.Batch(func(tx *bbolt.Tx) error { return fn(tx.Bucket(rawBucket)) })
 	if err == nil {
 		r.ops.Add(1)
 	}
@@ -104,7 +104,7 @@ func (r *rawStore) batch(fn func(b *bolt.Bucket) error) error {
 }
 
 func (r *rawStore) enqueue(id uint64, job []byte) error {
-	return r.batch(func(b *bolt.Bucket) error {
+	return r.batch(func(b *bbolt.Bucket) error {
 		return b.Put(rawJobKey(id), append([]byte{rawStateAvailable}, job...))
 	})
 }
@@ -112,7 +112,7 @@ func (r *rawStore) enqueue(id uint64, job []byte) error {
 // transition moves job id from one state to the next (a claim, a
 // completion): a read and a put, as the baseline's claim.
 func (r *rawStore) transition(id uint64, from, to byte) error {
-	return r.batch(func(b *bolt.Bucket) error {
+	return r.batch(func(b *bbolt.Bucket) error {
 		v := b.Get(rawJobKey(id))
 		if len(v) == 0 || v[0] != from {
 			return fmt.Errorf("raw job %d is not in state %c", id, from)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/bench"
 	"github.com/fenceq/fenceq/internal/buildinfo"
 	"github.com/fenceq/fenceq/internal/cli"
@@ -192,13 +193,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if noSync {
 		logger.Warn("FENCEQ_TEST_NOSYNC=1: commits are not synced, a power cut loses acknowledged writes (for tests only)")
 	}
-	store, err := db.Open(cfg.dbPath, db.Options{
-		DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-		RequireFencing: cfg.requireFencing, SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize,
-		NoSync: noSync,
+	// The one place that picks an engine.
+	store, err := bolt.Open(cfg.dbPath, bolt.Options{
+		Rules: db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
+			RequireFencing: cfg.requireFencing},
+		SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize, NoSync: noSync,
 	})
 	if err != nil {
-		if errors.Is(err, db.ErrLocked) {
+		if errors.Is(err, bolt.ErrLocked) {
 			return fmt.Errorf("%w; is another fenceq serving this file?", err)
 		}
 		return err
@@ -265,7 +267,7 @@ func isLoopback(addr string) bool {
 // sweepLoop deletes finished jobs past their retention, in small
 // transactions (db.DefaultSweepBatch jobs each) that share commits with
 // the traffic and never hold the writer long.
-func sweepLoop(ctx context.Context, store *db.Store, retention, every time.Duration, logger *slog.Logger) {
+func sweepLoop(ctx context.Context, store db.Store, retention, every time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -283,7 +285,7 @@ func sweepLoop(ctx context.Context, store *db.Store, retention, every time.Durat
 	}
 }
 
-// settleOption maps --commit-settle to db.Options.SettleTime, where 0 means
+// settleOption maps --commit-settle to bolt.Options.SettleTime, where 0 means
 // the default and a negative value turns the wait off.
 func settleOption(d time.Duration) time.Duration {
 	if d <= 0 {

@@ -21,9 +21,8 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 func TestServeRefusesANonLoopbackAddressWithoutAnAuthFile(t *testing.T) {
@@ -266,11 +265,11 @@ func TestAuditVerifyOfflineNamesTheBrokenSequence(t *testing.T) {
 	broken := filepath.Join(dir, "broken.db")
 	raw, _ := os.ReadFile(path)
 	os.WriteFile(broken, raw, 0o600)
-	bdb, err := bolt.Open(broken, 0o600, nil)
+	bdb, err := bbolt.Open(broken, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = bdb.Update(func(tx *bolt.Tx) error {
+	err = bdb.Update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket([]byte("audit"))
 		k := make([]byte, 8)
 		k[7] = 7
@@ -287,7 +286,7 @@ func TestAuditVerifyOfflineNamesTheBrokenSequence(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `"first_broken": 7`) || !strings.Contains(out, `"ok": false`) {
 		t.Fatalf("audit verify of the flipped copy = exit %d, %s; want exit 1 naming sequence 7", code, out)
 	}
-	s, err := db.Open(path, db.Options{ReadOnly: true})
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // fenceqBin is the real binary, built once by TestMain.
@@ -274,7 +275,7 @@ func TestServeWalksAJobThroughItsLifeAndShutsDownCleanly(t *testing.T) {
 	if code := p.exit(t, 10*time.Second); code != 0 {
 		t.Fatalf("fenceq after SIGTERM exited %d, want 0; stderr:\n%s", code, p.stderr)
 	}
-	store, err := db.Open(path, db.Options{})
+	store, err := bolt.Open(path, bolt.Options{})
 	if err != nil {
 		t.Fatalf("db.Open after shutdown: %v", err)
 	}

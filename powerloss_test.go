@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/lazyfs"
 )
 
@@ -158,9 +159,9 @@ func checkPowerAcks(t *testing.T, path string, acks *powerAcks) *powerCheck {
 		pc.lostf("fenceq audit verify --db: exit %d: %s%s", code, stdout, stderr)
 		return pc
 	}
-	s, err := db.Open(path, db.Options{ReadOnly: true, LockTimeout: 5 * time.Second})
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true, LockTimeout: 5 * time.Second})
 	if err != nil {
-		pc.lostf("db.Open: %v", err)
+		pc.lostf("bolt.Open: %v", err)
 		return pc
 	}
 	defer s.Close()

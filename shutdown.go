@@ -15,10 +15,12 @@ import (
 // whole wait; every other request in flight, and so every commit, finishes.
 // Connections still busy after timeout (a long backup download) are closed.
 // The caller closes the store after it.
-func shutdown(srv *http.Server, store *db.Store, timeout time.Duration, logger *slog.Logger) {
+func shutdown(srv *http.Server, store db.Store, timeout time.Duration, logger *slog.Logger) {
 	start := time.Now()
 	logger.Info("shutting down: answering waiting claims, finishing in-flight requests", "timeout", timeout)
-	store.StopWaiting()
+	if ws, ok := store.(db.WaitStopper); ok {
+		ws.StopWaiting()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

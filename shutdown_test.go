@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // longPoll is one waiting request of the shutdown test and its answer.
@@ -166,7 +166,7 @@ func TestShutdown_SIGTERMUnderLoadAnswersWaitersAndLosesNothingAcknowledged(t *t
 		t.Errorf("double completion: %s", d)
 	}
 	// A claim answered with a job was committed: the job's attempts reached its token.
-	s, err := db.Open(path, db.Options{ReadOnly: true})
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

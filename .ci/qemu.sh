@@ -4,7 +4,7 @@
 # the smoke checks (internal/smoke: serve on a fresh file, enqueue, claim, a
 # stale fencing token refused, complete, restart, the job still completed;
 # on armv7 also --max-db-size refusing a write past it while reads go on),
-# printing each check. Then the 32-bit-sensitive unit tests (lease, db:
+# printing each check. Then the 32-bit-sensitive unit tests (lease, db, db/bolt:
 # 64-bit atomics, bbolt's map) run as an armv7 test binary under qemu-arm.
 #
 # Installs qemu-user-static (Debian bookworm's 7.2) when missing.
@@ -34,9 +34,10 @@ echo "== lease, db and api tests as linux/armv7 binaries under qemu-arm-static"
 # bits (msgpack lengths, sizes): the whole suites run, but for the peak-RSS
 # test, which holds a million jobs and measures this process's memory,
 # not the emulated one's.
-for pkg in lease db api; do
-  GOARCH=arm GOARM=7 CGO_ENABLED=0 go test -c -o "$dist/$pkg.test" "./$pkg"
-  (cd "$pkg" && qemu-arm-static "$dist/$pkg.test" -test.count=1 -test.timeout=15m -test.skip='PeakRSS' -test.v >"$dist/$pkg.log" 2>&1) ||
-    { cat "$dist/$pkg.log"; echo "qemu.sh: $pkg tests failed on armv7" >&2; exit 1; }
-  echo "ok   $pkg: $(grep -c '^--- PASS' "$dist/$pkg.log") tests passed, $(grep -c '^--- SKIP' "$dist/$pkg.log" || true) skipped: $(grep '^--- SKIP' "$dist/$pkg.log" | tr '\n' ' ')"
+for pkg in lease db db/bolt api; do
+  name=${pkg//\//-}
+  GOARCH=arm GOARM=7 CGO_ENABLED=0 go test -c -o "$dist/$name.test" "./$pkg"
+  (cd "$pkg" && qemu-arm-static "$dist/$name.test" -test.count=1 -test.timeout=15m -test.skip='PeakRSS' -test.v >"$dist/$name.log" 2>&1) ||
+    { cat "$dist/$name.log"; echo "qemu.sh: $pkg tests failed on armv7" >&2; exit 1; }
+  echo "ok   $pkg: $(grep -c '^--- PASS' "$dist/$name.log") tests passed, $(grep -c '^--- SKIP' "$dist/$name.log" || true) skipped: $(grep '^--- SKIP' "$dist/$name.log" | tr '\n' ' ')"
 done

@@ -109,9 +109,18 @@ type refusalResponse struct {
 	Count uint64 `json:"count"`
 }
 
+// commitStatser is a store that counts its group commits (the bbolt
+// engine); other stores report zeros.
+type commitStatser interface {
+	CommitStats() (commits, ops uint64)
+}
+
 // stats: GET /v1/stats → commit figures and refusal counts.
 func (s *Server) stats(c echo.Context) error {
-	commits, ops := s.store.CommitStats()
+	var commits, ops uint64
+	if cs, ok := s.engine.(commitStatser); ok {
+		commits, ops = cs.CommitStats()
+	}
 	out := struct {
 		Commits      uint64            `json:"commits"`
 		CommittedOps uint64            `json:"committed_ops"`

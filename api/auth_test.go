@@ -15,12 +15,13 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // authFixture is a real server with an auth file of four principals.
 type authFixture struct {
 	url    string
-	store  *db.Store
+	store  *bolt.Store
 	tokens map[string]string // principal → bearer token
 }
 
@@ -48,7 +49,7 @@ func newAuthFixture(t *testing.T) *authFixture {
 	if err != nil {
 		t.Fatalf("ParsePrincipals() = %v", err)
 	}
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

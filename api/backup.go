@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fenceq/fenceq/db"
 	"github.com/labstack/echo/v4"
 )
 
@@ -28,7 +29,11 @@ func (s *Server) backup(c echo.Context) error {
 	res := c.Response()
 	name := "fenceq-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".db"
 	w := &backupWriter{res: res, rc: http.NewResponseController(res), name: name}
-	n, err := s.store.Backup(c.Request().Context(), w)
+	b, ok := s.engine.(db.Backuper)
+	if !ok {
+		return &Error{http.StatusNotFound, "not_found", "this store cannot write a backup"}
+	}
+	n, err := b.Backup(c.Request().Context(), w)
 	if err == nil {
 		s.log.InfoContext(c.Request().Context(), "backup", "principal", principalOf(c), "bytes", n)
 		return nil

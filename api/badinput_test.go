@@ -24,7 +24,7 @@ const (
 )
 
 func newBadInputFixture(t *testing.T) badInputFixture {
-	ts := newTestServer(t, db.Options{MaxPayloadBytes: fixtureMaxPayload}, api.Config{MaxBodyBytes: fixtureMaxBody})
+	ts := newTestServer(t, db.Rules{MaxPayloadBytes: fixtureMaxPayload}, api.Config{MaxBodyBytes: fixtureMaxBody})
 	f := badInputFixture{ts: ts}
 	f.complete = ts.enqueue(`{"queue":"q","priority":2}`).ID
 	f.claimed = ts.enqueue(`{"queue":"q","priority":1}`).ID
@@ -200,7 +200,7 @@ func TestABodyAboveTheLimitIsRefusedWithoutAContentLength(t *testing.T) {
 }
 
 func TestUnknownFieldsAreIgnored(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	j := ts.enqueue(`{"queue":"q","payload":{"a":1},"colour":"blue","nested":{"x":[1,2]},"priority":3}`)
 	if j.Queue != "q" || j.Priority != 3 || string(j.Payload) != `{"a":1}` {
 		t.Fatalf("enqueue with unknown fields = queue %q priority %d payload %s, want q, 3, {\"a\":1}", j.Queue, j.Priority, j.Payload)
@@ -215,7 +215,7 @@ func TestUnknownFieldsAreIgnored(t *testing.T) {
 }
 
 func TestClaimAnswers204WhenNothingIsEligible(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	check := func(what, body string) {
 		t.Helper()
 		before := ts.snapshot()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // Issue 18, items 1–4: what an unauthenticated or ordinary caller chooses
@@ -24,7 +25,7 @@ import (
 // server chose ("other", "unmatched"), so the refusal counts, the latency
 // histogram and GET /v1/stats stay small however many are sent.
 func TestInventedMethodsAndPathsDoNotGrowTheCounts(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := range 10_000 {
 		req := ts.newRequest(fmt.Sprintf("X%dMETHOD", i), fmt.Sprintf("/v1/x%d", i), nil)
 		if r := ts.doRequest(req); r.status < 400 || r.status >= 500 {
@@ -65,7 +66,7 @@ func TestInventedMethodsAndPathsDoNotGrowTheCounts(t *testing.T) {
 // refused whole with invalid_argument naming the limit, and nothing is
 // written; a body of a million tiny items is refused the same way.
 func TestAnEnqueueListOverTheLimitIsRefusedWhole(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{MaxBodyBytes: 8 << 20})
+	ts := newTestServer(t, db.Rules{}, api.Config{MaxBodyBytes: 8 << 20})
 	ts.enqueue(map[string]any{"queue": "q", "payload": 1})
 	items := func(n int) string {
 		return "[" + strings.TrimSuffix(strings.Repeat(`{"queue":"q"},`, n), ",") + "]"
@@ -91,7 +92,7 @@ func TestAnEnqueueListOverTheLimitIsRefusedWhole(t *testing.T) {
 // was cut would leave the lease to a holder that never learned its token.
 // Real time: the lease under test must expire while the acquire waits.
 func TestALeaseAcquireWaitIsShortenedToFitTheWriteTimeout(t *testing.T) {
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestALeaseAcquireWaitIsShortenedToFitTheWriteTimeout(t *testing.T) {
 // /metrics reports the MetricsMaxQueues largest queues one by one and sums
 // the rest as queue "(other)".
 func TestMetricsReportTheLargestQueuesAndSumTheRest(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{MetricsMaxQueues: 100})
+	ts := newTestServer(t, db.Rules{}, api.Config{MetricsMaxQueues: 100})
 	var jobs []map[string]any
 	for i := range 150 {
 		n := 1 // the 50 smallest queues, big0..big99 get two jobs each

@@ -14,7 +14,7 @@ import (
 
 func TestConcurrentClaimsTakeEveryJobExactlyOnce(t *testing.T) {
 	const jobs, workers = 1000, 16
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	ts.client.Transport.(*http.Transport).MaxIdleConnsPerHost = workers
 
 	// One batch enqueue: a JSON list, one transaction.

@@ -13,13 +13,16 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/internal/apitest"
 )
 
 // A store bounded by --max-db-size answers the write that would grow the
 // file past it with 507 resource_exhausted naming the flag; nothing changed,
 // and reads go on.
 func TestAPI_MaxDBSize(t *testing.T) {
-	ts := newTestServer(t, db.Options{MaxSize: 1 << 20}, api.Config{})
+	srv := apitest.Serve(t, apitest.BoltWith(t, bolt.Options{MaxSize: 1 << 20}), api.Config{})
+	ts := &testServer{t: t, URL: srv.URL, store: srv.Store, client: srv.HTTP.Client()}
 	body := map[string]any{"payload": strings.Repeat("x", 60<<10)}
 	var full response
 	var last jobView
@@ -80,7 +83,7 @@ func (b *logBuffer) lines(t *testing.T, id string) []map[string]any {
 
 func newLoggedServer(t *testing.T, level slog.Level) (*testServer, *logBuffer) {
 	logs := &logBuffer{}
-	ts := newTestServer(t, db.Options{}, api.Config{Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))})
+	ts := newTestServer(t, db.Rules{}, api.Config{Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: level}))})
 	return ts, logs
 }
 

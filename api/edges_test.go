@@ -18,7 +18,7 @@ import (
 // boundary: the stored last_error and the audit record's error stay valid
 // UTF-8.
 func TestALongFailureErrorIsCutOnARuneBoundary(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	job := ts.enqueue(`{"queue":"q"}`)
 	claimed := ts.claim(`{"worker":"w1","queue":"q"}`)
 	msg := strings.Repeat("a", 4095) + "é and more" // é straddles byte 4096
@@ -57,7 +57,7 @@ func TestALongFailureErrorIsCutOnARuneBoundary(t *testing.T) {
 // reads back with its enqueue time. Times before 1970 are refused with
 // nothing written (year 1 is not silently "now").
 func TestARunAtInThePastMeansNowAndBefore1970IsRefused(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for _, at := range []string{"1970-01-01T00:00:00Z", "2001-02-03T04:05:06Z"} {
 		r := ts.post("/v1/jobs", fmt.Sprintf(`{"queue":"q","run_at":%q}`, at))
 		var j struct {

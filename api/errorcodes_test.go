@@ -26,6 +26,7 @@ var statusNames = map[string]int{
 	"StatusMethodNotAllowed":      http.StatusMethodNotAllowed,
 	"StatusConflict":              http.StatusConflict,
 	"StatusRequestEntityTooLarge": http.StatusRequestEntityTooLarge,
+	"StatusInsufficientStorage":   http.StatusInsufficientStorage,
 	"StatusUnsupportedMediaType":  http.StatusUnsupportedMediaType,
 	"StatusTooManyRequests":       http.StatusTooManyRequests,
 	"StatusInternalServerError":   http.StatusInternalServerError,
@@ -122,12 +123,12 @@ func TestErrorCodesAreOneTable(t *testing.T) {
 	// What the source sends.
 	pairs, dynamic := sentErrors(t)
 	if len(dynamic) != 1 {
-		t.Errorf("Error literals not built from a constant status and code: %v; want only the sentinel table's loop (errors.go)", dynamic)
+		t.Errorf("Error literals not built from a constant status and code: %v; want only the store refusals' mapping (errors.go)", dynamic)
 	}
 	for _, s := range sentinels {
 		code, status := s[0].(string), s[1].(int)
 		key := code + " " + strconv.Itoa(status)
-		pairs[key] = append(pairs[key], "the sentinel table (codes in errors.go)")
+		pairs[key] = append(pairs[key], "the store's refusal codes (db.Codes, mapped in errors.go)")
 	}
 	for key, where := range pairs {
 		code, status, _ := strings.Cut(key, " ")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"syscall"
 
 	"github.com/fenceq/fenceq/db"
@@ -46,30 +45,6 @@ var errorCodes = map[string][]int{
 // went away before the reply; net/http has no name for it.
 const statusClientClosedRequest = 499
 
-// codes maps the store's sentinel errors to API errors, in one place.
-var codes = []struct {
-	err    error
-	status int
-	code   string
-}{
-	{db.ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
-	{db.ErrTooLarge, http.StatusRequestEntityTooLarge, "resource_exhausted"},
-	{db.ErrJobNotFound, http.StatusNotFound, "not_found"},
-	{db.ErrClaimNotFound, http.StatusNotFound, "not_found"},
-	{db.ErrClaimMismatch, http.StatusConflict, "failed_precondition"},
-	{db.ErrWrongState, http.StatusConflict, "failed_precondition"},
-	{db.ErrClosed, http.StatusServiceUnavailable, "unavailable"},
-	{db.ErrLeaseHeld, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseNotHeld, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseExhausted, http.StatusConflict, "failed_precondition"},
-	{db.ErrNotCurrent, http.StatusConflict, "failed_precondition"},
-	{db.ErrLeaseNotFound, http.StatusNotFound, "not_found"},
-	// 507, not 413: the request is fine, the server's file is full; a
-	// client should not shrink the request, and generic clients do not
-	// retry 507 by themselves as they do 503 (docs/edge.md).
-	{db.ErrFull, http.StatusInsufficientStorage, "resource_exhausted"},
-}
-
 // fullMessage names the flag an operator changes when the file is full.
 const fullMessage = "the database file has reached its size limit (--max-db-size): the request was not committed; " +
 	"reads go on; raise --max-db-size and restart the server, or free space in the file (finished jobs are deleted after --retention)"
@@ -88,6 +63,12 @@ func toAPIError(err error) (*Error, bool) {
 		// there is space again.
 		return &Error{http.StatusServiceUnavailable, "unavailable",
 			"the disk holding the queue is full (no space left on device): the request was not committed; retry when space has been freed"}, false
+	}
+	if errors.Is(err, db.ErrFull) {
+		// 507, not 413: the request is fine, the server's file is full; a
+		// client should not shrink the request, and generic clients do not
+		// retry 507 by themselves as they do 503 (docs/edge.md).
+		return &Error{http.StatusInsufficientStorage, "resource_exhausted", fullMessage}, true
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// The request's own deadline (Config.WriteTimeout) passed before
@@ -122,17 +103,12 @@ func toAPIError(err error) (*Error, bool) {
 			return &Error{http.StatusBadRequest, "invalid_argument", msg}, true
 		}
 	}
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			// The sentinel's own text may follow a prefix ("jobs[1]: db: …").
-			msg := strings.Replace(err.Error(), "db: ", "", 1)
-			switch c.err {
-			case db.ErrInvalidArgument:
-				msg = strings.Replace(msg, "invalid argument: ", "", 1)
-			case db.ErrFull:
-				msg = fullMessage
-			}
-			return &Error{c.status, c.code, msg}, true
+	var refusal *db.Error
+	if errors.As(err, &refusal) {
+		// The store's code is the API code (db.Code), sent with its first
+		// status in errorCodes; its message is the API message.
+		if statuses := errorCodes[string(refusal.Code)]; len(statuses) > 0 {
+			return &Error{statuses[0], string(refusal.Code), refusal.Message}, true
 		}
 	}
 	return &Error{http.StatusInternalServerError, "internal", "internal error"}, false

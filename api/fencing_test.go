@@ -36,7 +36,7 @@ func wantRefusals(t *testing.T, ts *testServer, id uint64, refusals []refusal) {
 }
 
 func TestAStaleClaimOfTheSameWorkerIsFencedOff(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	enq := ts.enqueue(`{"queue":"default","payload":{"n":1}}`)
 
 	first := ts.claim(`{"worker":"w1","lease_ms":200}`)
@@ -120,7 +120,7 @@ func TestAStaleClaimOfTheSameWorkerIsFencedOff(t *testing.T) {
 }
 
 func TestALateHeartbeatBeforeAnyReclaimIsAccepted(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	enq := ts.enqueue(`{}`)
 	c := ts.claim(`{"worker":"w1","lease_ms":100}`)
 	time.Sleep(time.Until(*c.LeaseExpiresAt) + 30*time.Millisecond)
@@ -136,7 +136,7 @@ func TestALateHeartbeatBeforeAnyReclaimIsAccepted(t *testing.T) {
 }
 
 func TestRequireFencingRefusesCallsWithoutAToken(t *testing.T) {
-	ts := newTestServer(t, db.Options{RequireFencing: true}, api.Config{})
+	ts := newTestServer(t, db.Rules{RequireFencing: true}, api.Config{})
 	enq := ts.enqueue(`{"payload":"x"}`)
 	c := ts.claim(`{"worker":"w1","lease_ms":10000}`)
 	if c.FencingToken != 1 {

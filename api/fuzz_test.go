@@ -28,6 +28,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // fuzzAPI is the handler under fuzzing and its store. One job (id 1) is
@@ -35,15 +36,15 @@ import (
 // something to act on.
 type fuzzAPI struct {
 	h     http.Handler
-	store *db.Store
+	store *bolt.Store
 }
 
 func newFuzzAPI(f *testing.F) *fuzzAPI {
 	f.Helper()
 	path := filepath.Join(f.TempDir(), "fuzz.db")
-	store, err := db.Open(path, db.Options{LockTimeout: 200 * time.Millisecond})
+	store, err := bolt.Open(path, bolt.Options{LockTimeout: 200 * time.Millisecond})
 	if err != nil {
-		f.Fatalf("db.Open(%s) error = %v", path, err)
+		f.Fatalf("bolt.Open(%s) error = %v", path, err)
 	}
 	f.Cleanup(func() {
 		if err := store.Check(); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/testclock"
 )
 
@@ -24,14 +25,14 @@ import (
 type leaseServer struct {
 	t     *testing.T
 	url   string
-	store *db.Store
+	store *bolt.Store
 	clock *testclock.Clock
 }
 
 func newLeaseServer(t *testing.T) *leaseServer {
 	t.Helper()
 	clk := testclock.New(time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC))
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{Now: clk.Now})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{Rules: db.Rules{Now: clk.Now}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,9 @@ func (s *Server) initMetrics() {
 		m.duration,
 		&storeCollector{s: s},
 	)
+	if c, ok := s.engine.(prometheus.Collector); ok {
+		m.registry.MustRegister(c) // the engine's own figures (fenceq_bolt_*, commits)
+	}
 	m.handler = promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{
 		ErrorLog:      promLogger{s},
 		ErrorHandling: promhttp.ContinueOnError, // one failed read must not hide the rest
@@ -153,31 +156,10 @@ var (
 		"Audit log records by action. Kept in the file: counts since it was created.", "action")
 	descAuditHead = desc("fenceq_audit_head_sequence",
 		"Sequence number of the newest audit record.")
-	descCommits = desc("fenceq_commits_total",
-		"Write transactions committed by the store since it was opened (group commit: several mutations each).")
-	descCommittedOps = desc("fenceq_committed_mutations_total",
-		"Mutations carried by those commits, refused ones included.")
-	descReadTxs = desc("fenceq_bolt_read_tx_total",
-		"bbolt read transactions started since the store was opened.")
-	descOpenReadTxs = desc("fenceq_bolt_open_read_tx",
-		"bbolt read transactions open now.")
-	descPageWrites = desc("fenceq_bolt_page_writes_total",
-		"Pages written by bbolt commits since the store was opened.")
-	descWriteSeconds = desc("fenceq_bolt_write_seconds_total",
-		"Time bbolt commits spent writing pages (fsync included) since the store was opened.")
-	descSpillSeconds = desc("fenceq_bolt_spill_seconds_total",
-		"Time bbolt commits spent preparing dirty pages since the store was opened.")
-	descFreePages = desc("fenceq_bolt_free_pages",
-		"Pages on bbolt's freelist, free for reuse.")
-	descPendingPages = desc("fenceq_bolt_pending_pages",
-		"Freed pages still visible to an open read transaction.")
-	descFileSize = desc("fenceq_db_file_size_bytes",
-		"Size of the bbolt file on disk.")
 )
 
 var storeDescs = []*prometheus.Desc{descJobs, descClaims, descCompletions, descFailures, descRefusals,
-	descExpiries, descAuditRecords, descAuditHead, descCommits, descCommittedOps, descReadTxs, descOpenReadTxs,
-	descPageWrites, descWriteSeconds, descSpillSeconds, descFreePages, descPendingPages, descFileSize}
+	descExpiries, descAuditRecords, descAuditHead}
 
 func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range storeDescs {
@@ -229,23 +211,5 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(descAuditHead, err)
 	} else {
 		gauge(descAuditHead, float64(head.Seq))
-	}
-
-	commits, ops := s.store.CommitStats()
-	counter(descCommits, float64(commits))
-	counter(descCommittedOps, float64(ops))
-
-	fs, err := s.store.FileStats()
-	counter(descReadTxs, float64(fs.ReadTxs))
-	gauge(descOpenReadTxs, float64(fs.OpenReadTxs))
-	counter(descPageWrites, float64(fs.PageWrites))
-	counter(descWriteSeconds, fs.WriteTime.Seconds())
-	counter(descSpillSeconds, fs.SpillTime.Seconds())
-	gauge(descFreePages, float64(fs.FreePages))
-	gauge(descPendingPages, float64(fs.PendingPages))
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descFileSize, err)
-	} else {
-		gauge(descFileSize, float64(fs.SizeBytes))
 	}
 }

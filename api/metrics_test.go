@@ -9,6 +9,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -76,7 +77,7 @@ func wantMetric(t *testing.T, fams map[string]*dto.MetricFamily, want float64, n
 
 func TestMetrics_JobsOperationsRefusalsLatencyAndFile(t *testing.T) {
 	clk := newStatusClock()
-	ts := newTestServer(t, db.Options{Now: clk.Now}, api.Config{Now: clk.Now})
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
 	for i := 0; i < 4; i++ {
 		ts.enqueue(map[string]any{"queue": "emails"})
 	}
@@ -128,7 +129,7 @@ func TestMetrics_JobsOperationsRefusalsLatencyAndFile(t *testing.T) {
 		}
 	}
 
-	commits, ops := ts.store.CommitStats()
+	commits, ops := ts.store.(*bolt.Store).CommitStats()
 	if v, _ := metricValue(fams, "fenceq_commits_total"); v < 10 || v > float64(commits) {
 		t.Errorf("fenceq_commits_total = %v, want at least the 10 changes and at most CommitStats' %d", v, commits)
 	}
@@ -164,8 +165,8 @@ func TestMetrics_NeedNoTokenAndCountRefusedCallers(t *testing.T) {
 
 // TestMetrics_TwoServersDoNotShareCounts: each server has its own registry.
 func TestMetrics_TwoServersDoNotShareCounts(t *testing.T) {
-	one := newTestServer(t, db.Options{}, api.Config{})
-	two := newTestServer(t, db.Options{}, api.Config{})
+	one := newTestServer(t, db.Rules{}, api.Config{})
+	two := newTestServer(t, db.Rules{}, api.Config{})
 	one.enqueue(map[string]any{"queue": "q"})
 	one.claim(map[string]any{"worker": "w", "queues": []string{"q"}})
 	wantMetric(t, scrape(t, one.URL), 1, "fenceq_claims_total")

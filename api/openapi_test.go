@@ -19,6 +19,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/web"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -178,7 +179,7 @@ func TestOpenAPIDocument(t *testing.T) {
 
 func TestOpenAPIRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +436,7 @@ func principals(t *testing.T) (*api.Principals, map[string]string) {
 
 func TestOpenAPIResponses(t *testing.T) {
 	ps, tokens := principals(t)
-	ts := newTestServer(t, db.Options{MaxPayloadBytes: 1024},
+	ts := newTestServer(t, db.Rules{MaxPayloadBytes: 1024},
 		api.Config{Principals: ps, MaxBodyBytes: 16 << 10, Index: web.Handler()})
 	c := newContract(t, ts)
 	admin, producer, worker := tokens["admin"], tokens["producer"], tokens["worker"]
@@ -655,7 +656,7 @@ func TestOpenAPIResponses(t *testing.T) {
 func TestOpenAPIRoles(t *testing.T) {
 	doc := loadOpenAPI(t)
 	ps, tokens := principals(t)
-	ts := newTestServer(t, db.Options{}, api.Config{Principals: ps, Index: web.Handler()})
+	ts := newTestServer(t, db.Rules{}, api.Config{Principals: ps, Index: web.Handler()})
 	// The principals' roles; admin passes every check.
 	roles := map[string][]string{"admin": {"admin"}, "producer": {"producer"}, "worker": {"worker"}, "prodwork": {"producer", "worker"}}
 	allowed := func(who, role string) bool {
@@ -705,7 +706,7 @@ func TestOpenAPIRoles(t *testing.T) {
 // token, and the document says so (its security has the empty
 // alternative): the README's calls, sent without a token, conform.
 func TestOpenAPIWithoutAnAuthFile(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	c := newContract(t, ts)
 	post := func(path, body string) request { return request{method: http.MethodPost, path: path, body: body} }
 	j := c.job(post("/v1/jobs", `{"queue":"emails","payload":{"to":"ada@example.com"}}`), http.StatusCreated)

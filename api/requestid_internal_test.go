@@ -10,16 +10,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/labstack/echo/v4"
 )
 
 // An internal error is logged in full with the request's id; the client is
 // told only "internal error", with the id in the reply's header to quote.
 func TestServer_InternalErrorCarriesRequestID(t *testing.T) {
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{})
 	if err != nil {
-		t.Fatalf("db.Open() = %v", err)
+		t.Fatalf("bolt.Open() = %v", err)
 	}
 	defer store.Close()
 	var logs bytes.Buffer

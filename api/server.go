@@ -1,12 +1,11 @@
 // Package api serves fenceq's v1 HTTP API with echo. It consumes the small
-// Store interface below, which *db.Store satisfies, maps the store's errors
+// Store interface below, which every db.Store satisfies, maps the store's errors
 // to API codes in one table (errors.go), and never decides queue rules
 // itself: those live in db and lease.
 package api
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -15,8 +14,10 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// Store is the set of operations the API needs. *db.Store implements it; a
-// second backend can plug in by implementing it too.
+// Store is the set of operations the API needs; every db.Store (any
+// engine) has them. Engine-only extras are optional: a store that is also
+// a db.Backuper serves GET /v1/backup, and one that is a
+// prometheus.Collector adds its own figures to /metrics.
 type Store interface {
 	EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db.EnqueueResult, error)
 	ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error)
@@ -32,7 +33,6 @@ type Store interface {
 	Ping(ctx context.Context) error
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
-	CommitStats() (commits, ops uint64)
 
 	// Named leases and token checks (leases.go).
 	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)
@@ -45,12 +45,9 @@ type Store interface {
 
 	// The status page and metrics (status.go).
 	StatusStore
-
-	// Backup writes a consistent snapshot of the file to w (backup.go).
-	Backup(ctx context.Context, w io.Writer) (int64, error)
 }
 
-var _ Store = (*db.Store)(nil)
+var _ Store = db.Store(nil)
 
 // Config configures a Server.
 type Config struct {
@@ -88,6 +85,7 @@ type Config struct {
 // Server is the HTTP API.
 type Server struct {
 	store    Store
+	engine   Store // the store as given, for its optional extras (Backuper, prometheus.Collector)
 	cfg      Config
 	log      *slog.Logger
 	echo     *echo.Echo
@@ -121,7 +119,7 @@ func New(store Store, cfg Config) *Server {
 		cfg.AuditVerifyInterval = 30 * time.Second
 	}
 	obs := newObserver(cfg.Now)
-	s := &Server{store: observedStore{store, obs}, cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}),
+	s := &Server{store: observedStore{store, obs}, engine: store, cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}),
 		echo: echo.New(), obs: obs}
 	s.initMetrics()
 	e := s.echo

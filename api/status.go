@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,13 +15,10 @@ import (
 // StatusStore is the read side the status page and the metrics need, on
 // top of the operations of Store.
 type StatusStore interface {
-	ListClaimedJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
-	ListScheduledJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
-	ListDeadJobs(ctx context.Context, req db.IndexListRequest) ([]db.Job, error)
+	ListJobsInState(ctx context.Context, req db.StateListRequest) ([]db.Job, error)
 	ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error)
 	AuditHead(ctx context.Context) (db.AuditHead, error)
 	AuditCounts(ctx context.Context) (db.AuditCounts, error)
-	FileStats() (db.FileStats, error)
 }
 
 // Throughput is kept in memory as counts per 10-second bucket over the
@@ -39,7 +35,7 @@ const (
 // observer records what the API did: claims, completions and failures that
 // committed (for the throughput chart and the counters in /metrics) and
 // fenced calls that were refused (the zombies). It sees the calls through
-// observedStore, so the handlers need not know about it.
+// observedStore (jobs.go), so the handlers need not know about it.
 type observer struct {
 	now func() time.Time
 
@@ -164,7 +160,7 @@ func (s *Server) withJobNow(ctx context.Context, zs []zombie) ([]zombie, error) 
 			switch {
 			case err == nil:
 				job = &j
-			case !errors.Is(err, db.ErrJobNotFound):
+			case db.ErrorCode(err) != db.CodeNotFound:
 				return nil, err
 			}
 			jobs[z.Job] = job
@@ -216,74 +212,6 @@ func (o *observer) counts() observedCounts {
 		c.refusals[k] = v
 	}
 	return c
-}
-
-// observedStore is the Store the handlers use: every call goes to the real
-// store, and the outcomes of claims and fenced calls go to the observer.
-type observedStore struct {
-	Store
-	obs *observer
-}
-
-func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	jobs, err := o.Store.ClaimJobs(ctx, req)
-	if err == nil {
-		o.obs.claimed(len(jobs))
-	}
-	return jobs, err
-}
-
-func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
-	job, err := o.Store.HeartbeatJob(ctx, req)
-	if err != nil {
-		o.refused("heartbeat", req.Fenced, err)
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
-	job, err := o.Store.CompleteJob(ctx, req)
-	if err != nil {
-		o.refused("complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
-	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
-	if err != nil {
-		o.refused("complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-		o.obs.claimed(len(jobs))
-	}
-	return job, jobs, err
-}
-
-func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
-	job, err := o.Store.FailJob(ctx, req)
-	if err != nil {
-		o.refused("fail", req.Fenced, err)
-	} else {
-		o.obs.failed(job.State)
-	}
-	return job, err
-}
-
-// refused records a fenced call refused with not_found or
-// failed_precondition — the codes a lost claim produces — with the job's
-// attempts as they are after the refusal. Other errors (bad input, a
-// closed store, a client that went away) are not zombies.
-func (o observedStore) refused(op string, f db.Fenced, err error) {
-	apiErr, _ := toAPIError(err)
-	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
-		return
-	}
-	// The job's state is read when the status is served (withJobNow).
-	o.obs.refused(zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
-		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message})
 }
 
 // caller is the principal of the request with its roles: every role when
@@ -418,14 +346,13 @@ func (s *Server) status(c echo.Context) error {
 		lists := []struct {
 			dst   **jobListResponse
 			state db.State
-			list  func(context.Context, db.IndexListRequest) ([]db.Job, error)
 		}{
-			{&out.Claimed, db.StateClaimed, s.store.ListClaimedJobs},
-			{&out.Scheduled, db.StateScheduled, s.store.ListScheduledJobs},
-			{&out.Dead, db.StateDead, s.store.ListDeadJobs},
+			{&out.Claimed, db.StateClaimed},
+			{&out.Scheduled, db.StateScheduled},
+			{&out.Dead, db.StateDead},
 		}
 		for _, l := range lists {
-			jobs, err := l.list(ctx, db.IndexListRequest{Limit: limit})
+			jobs, err := s.store.ListJobsInState(ctx, db.StateListRequest{State: l.state, Limit: limit})
 			if err != nil {
 				return err
 			}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/testclock"
-	bolt "go.etcd.io/bbolt"
+	bbolt "go.etcd.io/bbolt"
 )
 
 func newStatusClock() *testclock.Clock {
@@ -108,7 +109,7 @@ func jobIDs(l *jobListView) []uint64 {
 }
 
 func TestStatus_ShowsCountsListsLeasesAndTheAuditHead(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := 0; i < 3; i++ {
 		ts.enqueue(map[string]any{"queue": "emails"})
 	}
@@ -178,7 +179,7 @@ func TestStatus_ShowsCountsListsLeasesAndTheAuditHead(t *testing.T) {
 }
 
 func TestStatus_ListsAreBoundedByLimit(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := 0; i < 5; i++ {
 		ts.enqueue(map[string]any{"queue": "q", "delay_ms": 60000 + i})
 		ts.enqueue(map[string]any{"queue": "q"})
@@ -202,7 +203,7 @@ func TestStatus_ListsAreBoundedByLimit(t *testing.T) {
 // it sent and the job's current one. Bad input is not a zombie.
 func TestStatus_RefusedStaleCallsAreZombies(t *testing.T) {
 	clk := newStatusClock()
-	ts := newTestServer(t, db.Options{Now: clk.Now}, api.Config{Now: clk.Now})
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
 	job := ts.enqueue(map[string]any{"queue": "q"})
 	first := ts.claim(map[string]any{"worker": "w1", "queues": []string{"q"}, "lease_ms": 1000})
 	clk.Advance(2 * time.Second)
@@ -251,7 +252,7 @@ func TestStatus_RefusedStaleCallsAreZombies(t *testing.T) {
 }
 
 func TestStatus_KeepsTheLastHundredZombies(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := 1; i <= 105; i++ {
 		wantError(t, "heartbeat", ts.post(fmt.Sprintf("/v1/jobs/%d/heartbeat", i), map[string]any{"worker": "w"}),
 			http.StatusNotFound, "not_found")
@@ -271,7 +272,7 @@ func TestStatus_KeepsTheLastHundredZombies(t *testing.T) {
 // that they age out of the ten-minute window.
 func TestStatus_ThroughputIsCountedPerTenSeconds(t *testing.T) {
 	clk := newStatusClock() // 12:00:05
-	ts := newTestServer(t, db.Options{Now: clk.Now}, api.Config{Now: clk.Now})
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
 	for i := 0; i < 4; i++ {
 		ts.enqueue(map[string]any{"queue": "q"})
 	}
@@ -397,7 +398,7 @@ func (ts *testServer) history(id uint64, query string) historyView {
 // each job, read page by page through the subject index, with a full scan
 // of the audit log; ids 1, 10 and 11 share decimal prefixes.
 func TestJobHistory_IsTheJobsAuditRecordsNewestFirst(t *testing.T) {
-	ts := newTestServer(t, db.Options{}, api.Config{})
+	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := 0; i < 12; i++ {
 		ts.enqueue(map[string]any{"queue": "q"})
 	}
@@ -456,7 +457,7 @@ func TestJobHistory_IsTheJobsAuditRecordsNewestFirst(t *testing.T) {
 // was altered: the status says the chain does not verify, and where.
 func TestStatus_ABrokenAuditChainIsShown(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fenceq.db")
-	store, err := db.Open(path, db.Options{})
+	store, err := bolt.Open(path, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,11 +467,11 @@ func TestStatus_ABrokenAuditChainIsShown(t *testing.T) {
 		}
 	}
 	store.Close()
-	raw, err := bolt.Open(path, 0o600, nil)
+	raw, err := bbolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = raw.Update(func(tx *bolt.Tx) error {
+	err = raw.Update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket([]byte("audit"))
 		k := []byte{0, 0, 0, 0, 0, 0, 0, 2}
 		v := append([]byte(nil), b.Get(k)...)
@@ -485,7 +486,7 @@ func TestStatus_ABrokenAuditChainIsShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err = db.Open(path, db.Options{})
+	store, err = bolt.Open(path, bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +511,7 @@ func TestStatus_ABrokenAuditChainIsShown(t *testing.T) {
 // interval and when it grew (or after ten intervals).
 func TestStatus_AuditWalkIsCached(t *testing.T) {
 	clk := newStatusClock()
-	ts := newTestServer(t, db.Options{Now: clk.Now}, api.Config{Now: clk.Now, AuditVerifyInterval: time.Minute})
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now, AuditVerifyInterval: time.Minute})
 	ts.enqueue(map[string]any{"queue": "q"})
 	first := ts.status("").Audit.Verified
 	if first == nil || !first.CheckedAt.Equal(clk.Now()) || first.Records != 1 {
@@ -541,7 +542,7 @@ func TestStatus_AuditWalkIsCached(t *testing.T) {
 // it is gone, it has no state.
 func TestStatus_ZombiesShowTheJobAsItIsNow(t *testing.T) {
 	clk := newStatusClock()
-	ts := newTestServer(t, db.Options{Now: clk.Now}, api.Config{Now: clk.Now})
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
 	job := ts.enqueue(map[string]any{"queue": "q"})
 	ts.claim(map[string]any{"worker": "w1", "queues": []string{"q"}, "lease_ms": 1000})
 	clk.Advance(2 * time.Second)

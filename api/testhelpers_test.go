@@ -17,19 +17,24 @@ import (
 )
 
 // testServer is the real API over HTTP on 127.0.0.1:0, backed by a real
-// bbolt file in t.TempDir().
+// store from newStore.
 type testServer struct {
 	t      testing.TB
 	URL    string
-	store  *db.Store
+	store  db.Store
 	client *http.Client
 }
 
-// newTestServer serves the API over a fresh store with opts (apitest.Start:
-// on cleanup the file must pass the integrity check and audit verification).
-func newTestServer(tb testing.TB, opts db.Options, cfg api.Config) *testServer {
+// newStore opens the store the HTTP tests run on, with rules (the clock and
+// limits): the engine's factory. The tests run on whichever engine it opens;
+// the default is a bbolt file in tb.TempDir(), checked on cleanup.
+var newStore apitest.Factory = apitest.Bolt
+
+// newTestServer serves the API over a fresh store from newStore with rules
+// (apitest.StartWith).
+func newTestServer(tb testing.TB, rules db.Rules, cfg api.Config) *testServer {
 	tb.Helper()
-	s := apitest.Start(tb, opts, cfg)
+	s := apitest.StartWith(tb, newStore, rules, cfg)
 	client := s.HTTP.Client()
 	client.Timeout = 20 * time.Second
 	return &testServer{t: tb, URL: s.URL, store: s.Store, client: client}

@@ -1,66 +1,101 @@
 package db
 
-import "errors"
-
-// Sentinel errors returned by Store methods, wrapped with detail. Callers
-// compare with errors.Is; package api maps each to one HTTP code.
-var (
-	// ErrInvalidArgument: the request is malformed (bad queue name, negative
-	// or absurd duration, token above u32 max, missing worker). Nothing changed.
-	ErrInvalidArgument = errors.New("db: invalid argument")
-	// ErrTooLarge: a payload, result or attestation is above its size limit.
-	ErrTooLarge = errors.New("db: too large")
-	// ErrJobNotFound: no job has this id.
-	ErrJobNotFound = errors.New("db: job not found")
-	// ErrClaimNotFound refuses a heartbeat or failure from a caller that does
-	// not hold the job's current claim: another holder, a stale fencing
-	// token, or a job that is no longer claimed. It is what a lost claim
-	// produces, so a fenced-off worker cannot tell it apart from one.
-	ErrClaimNotFound = errors.New("db: claim not found")
-	// ErrClaimMismatch refuses a completion for the same reasons as
-	// ErrClaimNotFound; completions report it as a failed precondition.
-	ErrClaimMismatch = errors.New("db: job is not claimed by this worker with this fencing token")
-	// ErrWrongState: the job's state does not allow the operation (cancel of
-	// a completed job, retry of an available one).
-	ErrWrongState = errors.New("db: job state does not allow this")
-	// ErrLocked: another process holds the database file.
-	ErrLocked = errors.New("db: database file is locked by another process")
-	// ErrClosed: the store was closed.
-	ErrClosed = errors.New("db: store is closed")
-	// ErrFull: the commit would have grown the file past Options.MaxSize.
-	// Nothing of it was written; the same request may succeed once space
-	// is freed inside the file or the bound is raised.
-	ErrFull = errors.New("db: the database file has reached its size limit")
-	// ErrCorrupt: a stored record could not be decoded.
-	ErrCorrupt = errors.New("db: corrupt record")
-
-	// Named leases and token checks.
-
-	// ErrLeaseHeld refuses an acquire while the lease is held and unexpired,
-	// also for the same holder name; the message names the holder and expiry.
-	ErrLeaseHeld = errors.New("db: lease is held")
-	// ErrLeaseNotHeld refuses a renew or release from a caller that does not
-	// hold the lease's current token: another holder, a stale token, a
-	// released lease, or (renew only) an expired one. Nothing changed.
-	ErrLeaseNotHeld = errors.New("db: lease is not held by this holder with this fencing token")
-	// ErrLeaseNotFound: no lease of this name was ever acquired.
-	ErrLeaseNotFound = errors.New("db: lease not found")
-	// ErrLeaseExhausted refuses an acquire of a name that has issued every
-	// fencing token up to 4294967295.
-	ErrLeaseExhausted = errors.New("db: lease has issued every fencing token")
-	// ErrNotCurrent answers a check (CheckJob, CheckLease) whose token is not
-	// the current claim or lease: stale, released, expired or never issued.
-	ErrNotCurrent = errors.New("db: fencing token is not current")
+import (
+	"errors"
+	"fmt"
+	"strings"
 )
 
-// isRefusal reports whether err is a business refusal: an error a request
-// returns before it writes anything. A refusal in one request of a shared
-// commit does not affect the others; any other error aborts the commit.
-func isRefusal(err error) bool {
-	return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge) ||
-		errors.Is(err, ErrJobNotFound) || errors.Is(err, ErrClaimNotFound) ||
-		errors.Is(err, ErrClaimMismatch) || errors.Is(err, ErrWrongState) ||
-		errors.Is(err, ErrLeaseHeld) || errors.Is(err, ErrLeaseNotHeld) ||
-		errors.Is(err, ErrLeaseNotFound) || errors.Is(err, ErrLeaseExhausted) ||
-		errors.Is(err, ErrNotCurrent)
+// Code is the kind of a refusal: the API error code a client sees. Package
+// api maps each code to one HTTP status.
+type Code string
+
+// Refusal codes.
+const (
+	// CodeInvalid: the request is malformed (bad queue name, negative or
+	// absurd duration, token above u32 max, missing worker).
+	CodeInvalid Code = "invalid_argument"
+	// CodeTooLarge: a payload, result or attestation is above its limit.
+	CodeTooLarge Code = "resource_exhausted"
+	// CodeNotFound: no such job or lease, or (heartbeat, fail) the caller
+	// does not hold the job's current claim.
+	CodeNotFound Code = "not_found"
+	// CodeConflict: the state does not allow it (a completion from a caller
+	// that does not hold the claim, a cancel of a completed job, a lease
+	// held by another, a token that is not current).
+	CodeConflict Code = "failed_precondition"
+	// CodeUnavailable: the store is closed.
+	CodeUnavailable Code = "unavailable"
+)
+
+// Codes lists every refusal code.
+var Codes = []Code{CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeUnavailable}
+
+// Error is a refusal: a request the rules turned down before anything was
+// written. Message says what is wrong, for the client as it is. Callers
+// tell refusals apart with errors.As (or ErrorCode); any other error from a
+// store is a fault.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Code == CodeInvalid {
+		return "db: invalid argument: " + e.Message
+	}
+	return "db: " + e.Message
+}
+
+// Is makes errors.Is(err, target) true when target is a refusal of the
+// same code whose message, if any, is part of err's: a target of
+// &Error{Code: CodeNotFound} matches every not-found refusal, one with
+// Message "claim not found" only those.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && strings.Contains(e.Message, t.Message)
+}
+
+// Errorf returns a refusal with code and a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the refusal in err's chain, or "" when err
+// is not a refusal.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// IsRefusal reports whether err is a refusal (an *Error in its chain).
+func IsRefusal(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+var (
+	// ErrClosed: the store was closed.
+	ErrClosed = &Error{Code: CodeUnavailable, Message: "store is closed"}
+	// ErrCorrupt: a stored record could not be decoded. It is a fault, not
+	// a refusal.
+	ErrCorrupt = errors.New("db: corrupt record")
+)
+
+// ErrFull: a commit would grow the store past its size limit (the bbolt
+// engine's --max-db-size). Nothing of that commit was written; reads, and
+// writes that fit in the space the store already has, go on. It is a fault
+// of the server's configuration, not of the request: the API answers it 507
+// resource_exhausted, naming the flag.
+var ErrFull = errors.New("db: the store has reached its size limit")
+
+// WaitStopper is a store that can end every wait in progress at shutdown
+// (the server's SIGTERM): waiting claims return what they have (a job
+// already handed to them, else nothing), waiting lease acquires return as
+// when their wait runs out, and later waits return at once.
+type WaitStopper interface {
+	StopWaiting()
 }

@@ -1,489 +1,101 @@
-// Package db is fenceq's bbolt store. Each operation is one exported method
-// that runs in one serializable bbolt transaction; concurrent mutations share
-// commits (group commit) but never a decision: each is applied in turn inside
-// the shared transaction and answered only after that transaction committed.
+// Package db is fenceq's storage vocabulary and its queue rules: jobs,
+// leases and audit records as callers see them, the request and result
+// types, the limits and their validation, the one refusal type (Error),
+// the audit chain's canonical encoding and hash, the state transitions as
+// pure functions, and the Store interface every engine implements. It
+// imports no storage library: engines (db/bolt) do, and db/dbtest holds the
+// conformance suite every engine must pass.
 package db
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
+	"io"
 	"time"
-
-	"github.com/fenceq/fenceq/lease"
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
-// Options configure a Store. The zero value is usable: every field has a default.
-type Options struct {
-	// Now is the clock, read once per operation. Default time.Now.
-	Now func() time.Time
-	// Random returns a number in [0, 1) for backoff jitter. Default math/rand/v2.
-	Random func() float64
-	// DefaultLease is used when a claim or heartbeat gives none. Default 30s.
-	DefaultLease time.Duration
-	// MaxLease is the longest lease a caller may ask for. Default 1h.
-	MaxLease time.Duration
-	// MaxPayloadBytes bounds payloads and results. Default 1 MiB.
-	MaxPayloadBytes int
-	// MaxAttestationBytes bounds a completion's attestation. Default 64 KiB.
-	MaxAttestationBytes int
-	// Backoff is the retry wait when a failure gives no delay.
-	Backoff lease.Backoff
-	// RequireFencing refuses heartbeat, complete and fail without a token.
-	RequireFencing bool
-	// LockTimeout is how long Open waits for another process's file lock
-	// before it returns ErrLocked. Default 1s.
-	LockTimeout time.Duration
-	// ReadOnly opens the file read-only (shared lock); mutations fail.
-	ReadOnly bool
-	// MaxBatch bounds how many mutations share one commit. Default 256.
-	MaxBatch int
-	// MaxCommitItems bounds the work of one commit, counted in the records
-	// its mutations may write (a list enqueue of 1,000 jobs counts 1,000),
-	// so that every commit ends well inside a server's write timeout however
-	// the mutations waiting for it are made up. A single mutation larger
-	// than this is still committed, alone. Default 4096.
-	MaxCommitItems int
-	// SettleTime is the longest a commit waits, under load only, for the
-	// callers of the previous commit to come back (see commitLoop).
-	// Default 500µs; negative disables it.
-	SettleTime time.Duration
-	// MaxSize bounds the file's size in bytes; 0 means no bound. A commit
-	// that would grow the file past it fails with ErrFull and writes
-	// nothing; reads, and writes that fit in the file's free pages, go on.
-	// On 32-bit platforms the whole file is mapped into the address space,
-	// and a remap that cannot get it leaves the store unusable; this bound
-	// keeps the map below what the process can get (bbolt's Options.MaxSize).
-	MaxSize int
-	// NoSync skips bbolt's fdatasync at each commit. It is for the
-	// power-loss test's control run only (powerloss_test.go), which shows
-	// that a store opened so loses acknowledged writes in a power cut.
-	NoSync bool
+// Store is a durable job queue with named leases and an audit chain. Every
+// mutation runs in one serializable transaction of the engine and is
+// answered after it committed; a refused one (an *Error) changed nothing.
+// Methods are safe for concurrent use.
+type Store interface {
+	// EnqueueJob adds one job. Refusals: CodeInvalid, CodeTooLarge.
+	EnqueueJob(ctx context.Context, req EnqueueRequest) (EnqueueResult, error)
+	// EnqueueJobs adds several jobs in one transaction: all of them or,
+	// when any request is invalid, none; the refusal names its index.
+	EnqueueJobs(ctx context.Context, reqs []EnqueueRequest) ([]EnqueueResult, error)
+	// ClaimJobs takes up to req.Max of the best eligible jobs (available,
+	// due scheduled, expired claims), long-polling up to req.Wait when none
+	// is. No job is an empty slice, not an error.
+	ClaimJobs(ctx context.Context, req ClaimRequest) ([]Job, error)
+	// HeartbeatJob extends the caller's lease. A caller that does not hold
+	// the current claim gets CodeNotFound.
+	HeartbeatJob(ctx context.Context, req HeartbeatRequest) (Job, error)
+	// CompleteJob completes the caller's claim. A caller that does not hold
+	// the current claim gets CodeConflict and leaves nothing behind.
+	CompleteJob(ctx context.Context, req CompleteRequest) (Job, error)
+	// CompleteAndClaimJob completes the caller's claim and claims up to
+	// next.Max jobs in the same transaction.
+	CompleteAndClaimJob(ctx context.Context, req CompleteRequest, next ClaimRequest) (Job, []Job, error)
+	// FailJob records a failed attempt: retried after a delay, or dead. A
+	// caller that does not hold the current claim gets CodeNotFound.
+	FailJob(ctx context.Context, req FailRequest) (Job, error)
+	// CancelJob cancels an unfinished or dead job (CodeConflict otherwise).
+	CancelJob(ctx context.Context, req JobRequest) (Job, error)
+	// RetryJob makes a dead or cancelled job available (CodeConflict otherwise).
+	RetryJob(ctx context.Context, req JobRequest) (Job, error)
+	// GetJob returns one job, or CodeNotFound.
+	GetJob(ctx context.Context, id uint64) (Job, error)
+	// CheckJob answers whether token is the job's current claim
+	// (CodeConflict when not).
+	CheckJob(ctx context.Context, id, token uint64) (Job, error)
+	// ListJobs pages through jobs in id order.
+	ListJobs(ctx context.Context, req ListRequest) (JobPage, error)
+	// ListJobsInState returns the first jobs of one state in its order
+	// (see StateListRequest).
+	ListJobsInState(ctx context.Context, req StateListRequest) ([]Job, error)
+	// Stats counts jobs per queue and state.
+	Stats(ctx context.Context) ([]QueueStats, error)
+
+	// AcquireLease gives the named lease to the caller with a new token, or
+	// CodeConflict while another holds it.
+	AcquireLease(ctx context.Context, req AcquireLeaseRequest) (Lease, error)
+	// RenewLease extends the caller's unexpired lease.
+	RenewLease(ctx context.Context, req RenewLeaseRequest) (Lease, error)
+	// ReleaseLease frees the caller's lease.
+	ReleaseLease(ctx context.Context, req ReleaseLeaseRequest) (Lease, error)
+	// CheckLease answers whether token is the lease's current, unexpired token.
+	CheckLease(ctx context.Context, name string, token uint64) (Lease, error)
+	// GetLease returns the lease, or CodeNotFound.
+	GetLease(ctx context.Context, name string) (Lease, error)
+	// ListLeases pages through leases in name order.
+	ListLeases(ctx context.Context, req ListLeasesRequest) (LeasePage, error)
+
+	// ListAudit returns up to limit links with a sequence above after.
+	ListAudit(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
+	// ListAuditBySubject pages backwards through one subject's records.
+	ListAuditBySubject(ctx context.Context, req AuditSubjectRequest) (AuditPage, error)
+	// AuditHead returns the newest link.
+	AuditHead(ctx context.Context) (AuditHead, error)
+	// AuditCounts returns the counters kept with the log.
+	AuditCounts(ctx context.Context) (AuditCounts, error)
+	// VerifyAudit walks the whole chain (see ChainVerifier).
+	VerifyAudit(ctx context.Context) (AuditReport, error)
+
+	// SweepOnce deletes up to limit jobs finished at or before now minus
+	// retention, in one transaction.
+	SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error)
+	// Sweep runs SweepOnce until a pass deletes less than a full batch.
+	Sweep(ctx context.Context, retention time.Duration) (int, error)
+
+	// Ping reports whether the store can serve a read.
+	Ping(ctx context.Context) error
+	// Close waits for the commit in progress and closes the store; later
+	// calls get ErrClosed.
+	Close() error
 }
 
-func (o *Options) setDefaults() {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Random == nil {
-		o.Random = rand.Float64
-	}
-	if o.DefaultLease <= 0 {
-		o.DefaultLease = 30 * time.Second
-	}
-	if o.MaxLease <= 0 {
-		o.MaxLease = time.Hour
-	}
-	if o.DefaultLease > o.MaxLease {
-		o.DefaultLease = o.MaxLease
-	}
-	if o.MaxPayloadBytes <= 0 {
-		o.MaxPayloadBytes = 1 << 20
-	}
-	if o.MaxAttestationBytes <= 0 {
-		o.MaxAttestationBytes = 64 << 10
-	}
-	if o.Backoff == (lease.Backoff{}) {
-		o.Backoff = lease.DefaultBackoff
-	}
-	if o.LockTimeout <= 0 {
-		o.LockTimeout = time.Second
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 256
-	}
-	if o.MaxCommitItems <= 0 {
-		o.MaxCommitItems = 4096
-	}
-	if o.SettleTime == 0 {
-		o.SettleTime = 500 * time.Microsecond
-	}
-}
-
-// Store is a job queue in one bbolt file. Its methods are safe for
-// concurrent use.
-type Store struct {
-	bolt *bolt.DB
-	opts Options
-	path string
-
-	writes    chan *writeOp
-	closing   chan struct{}
-	committed chan struct{} // closed when the committer has stopped
-	closeOnce sync.Once
-	draining  chan struct{} // closed by StopWaiting
-	drainOnce sync.Once
-
-	commits      atomic.Uint64
-	committedOps atomic.Uint64
-
-	held       *writeOp // taken by the commit loop but over the last commit's item budget; committer goroutine only
-	batchItems int      // items of the batch being gathered; committer goroutine only
-
-	waiters     waiters     // long-polling claims
-	onAbort     []func()    // run if the commit in progress fails; committer goroutine only
-	nameWaiters nameWaiters // acquires waiting for a named lease
-}
-
-// Open opens (creating if needed) the store at path. It returns ErrLocked
-// when another process holds the file and ErrCorrupt when it is not a
-// fenceq database.
-func Open(path string, opts Options) (*Store, error) {
-	opts.setDefaults()
-	if opts.ReadOnly {
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("db: open %s: %w", path, err)
-		}
-	}
-	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, os.ErrNotExist) && !opts.ReadOnly
-	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:      opts.LockTimeout,
-		ReadOnly:     opts.ReadOnly,
-		FreelistType: bolt.FreelistMapType,
-		// The freelist is not written at each commit (it is rebuilt by a
-		// scan of the file at open): every commit saves sorting and writing
-		// it, which grows with the free pages a sweep leaves behind.
-		// Durability is unchanged: data and meta pages are synced as before.
-		NoFreelistSync: true,
-		MaxSize:        opts.MaxSize,
-		NoSync:         opts.NoSync,
-	})
-	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, path, opts.LockTimeout)
-		}
-		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
-			return nil, fmt.Errorf("%w: %s is not a fenceq database: %v", ErrCorrupt, path, err)
-		}
-		var pathErr *os.PathError
-		if errors.As(err, &pathErr) && pathErr.Path == path {
-			return nil, fmt.Errorf("db: %w", err) // it names the file already
-		}
-		return nil, fmt.Errorf("db: open %s: %w", path, err)
-	}
-	if created {
-		// bbolt syncs a new file but not its directory entry: until the
-		// directory is synced, a power cut may take the whole file, and
-		// every commit acknowledged in it, away.
-		if err := syncDir(filepath.Dir(path)); err != nil {
-			bdb.Close()
-			return nil, fmt.Errorf("db: sync the directory of %s: %w", path, err)
-		}
-	}
-	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{}),
-		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
-	if opts.ReadOnly {
-		err = bdb.View(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucketJobs) == nil {
-				return fmt.Errorf("%w: %s has no fenceq buckets", ErrCorrupt, path)
-			}
-			return nil
-		})
-	} else {
-		err = bdb.Update(initBuckets)
-	}
-	if err != nil {
-		bdb.Close()
-		return nil, err
-	}
-	go s.commitLoop()
-	return s, nil
-}
-
-func initBuckets(tx *bolt.Tx) error {
-	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("db: create bucket %s: %w", name, err)
-		}
-	}
-	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(metaSchemaVersion); v != nil {
-		if len(v) != 8 || idFromKey(v) != schemaVersion {
-			return fmt.Errorf("%w: schema version %x, this build reads %d", ErrCorrupt, v, schemaVersion)
-		}
-		return buildNewIndexes(tx) // indexes added after the file was made
-	}
-	return meta.Put(metaSchemaVersion, u64(schemaVersion))
-}
-
-// StopWaiting ends every wait, now and later, for a graceful shutdown: a
-// long-polling claim returns at once with what it has (a job already handed
-// off to it, else none), and a waiting AcquireLease returns ErrLeaseHeld, as
-// when their waits run out. Everything else goes on until Close.
-func (s *Store) StopWaiting() { s.drainOnce.Do(func() { close(s.draining) }) }
-
-// Path returns the file the store was opened on.
-func (s *Store) Path() string { return s.path }
-
-// Close waits for the commit in progress, refuses new mutations with
-// ErrClosed, and closes the file.
-func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closing) })
-	<-s.committed
-	s.waiters.stopTimer()
-	return s.bolt.Close()
-}
-
-// CommitStats reports how many commits the store made and how many
-// mutations they carried, for metrics and the bench command.
-func (s *Store) CommitStats() (commits, ops uint64) {
-	return s.commits.Load(), s.committedOps.Load()
-}
-
-// syncDir fsyncs the directory dir, making the names in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// Check runs bbolt's consistency check over the whole file and the store's
-// own invariants (every index entry matches its record, counts match).
-func (s *Store) Check() error {
-	return s.bolt.View(func(tx *bolt.Tx) error {
-		var first error
-		for err := range tx.Check() { // drain: the checker stops only when read to the end
-			if first == nil {
-				first = fmt.Errorf("db: bbolt check: %w", err)
-			}
-		}
-		if first != nil {
-			return first
-		}
-		return checkIndexes(tx)
-	})
-}
-
-// view runs fn in a read transaction.
-func (s *Store) view(fn func(tx *bolt.Tx) error) error {
-	err := s.bolt.View(fn)
-	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return ErrClosed
-	}
-	return err
-}
-
-// writeOp is one mutation waiting for a shared commit.
-type writeOp struct {
-	fn    func(tx *bolt.Tx) error
-	items int // records it may write, at least 1 (Options.MaxCommitItems)
-	err   error
-	done  chan struct{}
-}
-
-// update runs fn inside a write transaction shared with other concurrent
-// mutations and returns after that transaction committed (or failed). fn
-// must check everything before it writes: a refusal (see isRefusal) leaves
-// the shared transaction to the others, any other error aborts it and fails
-// every mutation in it. fn runs exactly once.
-func (s *Store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	return s.updateItems(ctx, 1, fn)
-}
-
-// updateItems is update for a mutation that may write up to items records.
-// Until the commit loop takes it, the wait ends with ctx: a caller whose
-// deadline passes while commits ahead of it run gets ctx's error and
-// nothing is written.
-func (s *Store) updateItems(ctx context.Context, items int, fn func(tx *bolt.Tx) error) error {
-	if s.opts.ReadOnly {
-		return fmt.Errorf("db: store is read-only")
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	op := &writeOp{fn: fn, items: max(items, 1), done: make(chan struct{})}
-	select {
-	case s.writes <- op:
-	case <-s.closing:
-		return ErrClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	// Once taken, the mutation will be committed or failed; wait for that
-	// even if ctx ends, so the caller never reports a write as not done
-	// when it was.
-	<-op.done
-	return op.err
-}
-
-// commitLoop starts a commit as soon as the previous one ended, taking every
-// mutation that arrived meanwhile (up to MaxBatch). There is no fixed
-// delay: a mutation that finds the loop idle is committed at once, so under
-// light load it waits for exactly one commit. Under load, when fewer
-// mutations are waiting than the previous commit released, the callers just
-// answered are on their way back with their next request; the loop then
-// gathers for at most SettleTime, which roughly halves the commits per
-// mutation at 16 concurrent callers (docs/performance.md). A lone caller —
-// a previous commit of one — never waits.
-//
-// How many it waits for: the callers the previous commit released, and,
-// when that commit carried at least mergeMin and others were already
-// waiting as it ended, those too. Without the second part, closed-loop
-// callers split into two cohorts that take turns (one commits while the
-// other is on its way back) and every commit carries half of them; waiting
-// for both merges them. Below mergeMin (light or open-loop load, where the
-// callers released do not all come back) it would only add latency.
-func (s *Store) commitLoop() {
-	defer close(s.committed)
-	batch := make([]*writeOp, 0, s.opts.MaxBatch)
-	settle := time.NewTimer(time.Hour)
-	settle.Stop()
-	released := 0 // mutations the previous commit carried
-	for {
-		waiting := true // mutations were waiting when the last commit ended
-		batch, s.batchItems = batch[:0], 0
-		if op := s.held; op != nil {
-			s.held = nil
-			s.take(&batch, op)
-		} else {
-			select {
-			case op := <-s.writes:
-				s.take(&batch, op)
-			default:
-				waiting = false
-				select {
-				case op := <-s.writes:
-					s.take(&batch, op)
-				case <-s.closing:
-					return
-				}
-			}
-		}
-		s.gather(&batch)
-		want := released
-		if waiting && released >= mergeMin {
-			want += len(batch)
-		}
-		if want = min(want, s.opts.MaxBatch); len(batch) < want && s.opts.SettleTime > 0 {
-			settle.Reset(s.opts.SettleTime)
-		wait:
-			for len(batch) < want && s.held == nil {
-				select {
-				case op := <-s.writes:
-					if s.take(&batch, op) {
-						s.gather(&batch)
-					}
-				case <-settle.C:
-					break wait
-				}
-			}
-			if !settle.Stop() {
-				select { // drain a fire that raced with the last receive
-				case <-settle.C:
-				default:
-				}
-			}
-		}
-		released = len(batch)
-		s.commitBatch(batch)
-	}
-}
-
-// mergeMin is the smallest previous commit after which the loop also waits
-// for the callers released by it when others are already waiting (see
-// commitLoop). Closed-loop callers otherwise split into two groups that
-// take turns; what merging them bought is in docs/performance.md.
-const mergeMin = 4
-
-// gather adds every mutation already waiting, up to MaxBatch mutations and
-// MaxCommitItems items.
-func (s *Store) gather(batch *[]*writeOp) {
-	for len(*batch) < s.opts.MaxBatch && s.held == nil {
-		select {
-		case op := <-s.writes:
-			s.take(batch, op)
-		default:
-			return
-		}
-	}
-}
-
-// take adds op to the batch unless it would carry the batch past
-// MaxCommitItems; then op is held for the next commit (which it starts) and
-// take reports false. A batch's first mutation is always taken.
-func (s *Store) take(batch *[]*writeOp, op *writeOp) bool {
-	if len(*batch) > 0 && s.batchItems+op.items > s.opts.MaxCommitItems {
-		s.held = op
-		return false
-	}
-	*batch = append(*batch, op)
-	s.batchItems += op.items
-	return true
-}
-
-func (s *Store) commitBatch(batch []*writeOp) {
-	finish := func(err error) {
-		for _, op := range batch {
-			if err != nil {
-				op.err = err
-			}
-			close(op.done)
-		}
-	}
-	s.onAbort = s.onAbort[:0]
-	abort := func(err error) {
-		for _, f := range s.onAbort {
-			f()
-		}
-		finish(err)
-	}
-	tx, err := s.bolt.Begin(true)
-	if err != nil {
-		finish(fmt.Errorf("db: begin: %w", err))
-		return
-	}
-	for _, op := range batch {
-		err := runOp(op.fn, tx)
-		if err != nil && !isRefusal(err) {
-			_ = tx.Rollback()
-			abort(err)
-			return
-		}
-		op.err = err
-	}
-	if err := tx.Commit(); err != nil {
-		if errors.Is(err, berrors.ErrMaxSizeReached) {
-			err = fmt.Errorf("%w of %d bytes", ErrFull, s.opts.MaxSize)
-		}
-		abort(fmt.Errorf("db: commit: %w", err))
-		return
-	}
-	s.commits.Add(1)
-	s.committedOps.Add(uint64(len(batch)))
-	finish(nil)
-}
-
-// runOp turns a panic in a mutation into an error that aborts its commit.
-func runOp(fn func(tx *bolt.Tx) error, tx *bolt.Tx) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("db: internal error: %v", r)
-		}
-	}()
-	return fn(tx)
-}
-
-// Ping reports whether the store can serve a read transaction.
-func (s *Store) Ping(ctx context.Context) error {
-	select {
-	case <-s.closing:
-		return ErrClosed
-	default:
-	}
-	return s.view(func(tx *bolt.Tx) error { return nil })
+// Backuper is a store that can write a consistent snapshot of itself that
+// its engine opens as it is (the bbolt engine: the whole file).
+type Backuper interface {
+	Backup(ctx context.Context, w io.Writer) (int64, error)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -86,12 +87,12 @@ func newBrowser(t *testing.T, width, height int) context.Context {
 type pageServer struct {
 	t     *testing.T
 	url   string
-	store *db.Store
+	store *bolt.Store
 }
 
 func newPageServer(t *testing.T, principals *api.Principals) *pageServer {
 	t.Helper()
-	store, err := db.Open(filepath.Join(t.TempDir(), "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "fenceq.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // exampleServer runs fenceq's API over a file in a temporary directory,
@@ -25,7 +25,7 @@ func exampleServer() (string, func()) {
 	if err != nil {
 		panic(err)
 	}
-	store, err := db.Open(filepath.Join(dir, "fenceq.db"), db.Options{})
+	store, err := bolt.Open(filepath.Join(dir, "fenceq.db"), bolt.Options{})
 	if err != nil {
 		panic(err)
 	}

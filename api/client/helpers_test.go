@@ -18,14 +18,14 @@ import (
 // 127.0.0.1:0.
 type server struct {
 	URL   string
-	store *db.Store
+	store db.Store
 }
 
-// newServer serves the API over a fresh store with opts (apitest.Start:
+// newServer serves the API over a fresh store with rules (apitest.Start:
 // on cleanup the file must pass the integrity check and audit verification).
-func newServer(tb testing.TB, opts db.Options, cfg api.Config) *server {
+func newServer(tb testing.TB, rules db.Rules, cfg api.Config) *server {
 	tb.Helper()
-	s := apitest.Start(tb, opts, cfg)
+	s := apitest.Start(tb, rules, cfg)
 	return &server{URL: s.URL, store: s.Store}
 }
 

@@ -1,6 +1,8 @@
-// Package apitest serves the real API for tests: api.New over a real bbolt
-// file in the test's temporary directory, on an httptest server at
-// 127.0.0.1:0. The api and api/client tests share it.
+// Package apitest serves the real API for tests: api.New over a real store
+// (by default a bbolt file in the test's temporary directory), on an
+// httptest server at 127.0.0.1:0. The api, api/client and cli tests share
+// it; StartWith takes the store factory, so the HTTP tests can run on any
+// engine.
 package apitest
 
 import (
@@ -12,34 +14,37 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // Server is a running API and the store behind it.
 type Server struct {
 	URL   string
-	Store *db.Store
+	Store db.Store
 	HTTP  *httptest.Server
 }
 
-// Start opens a fresh store with opts and serves api.New(store, cfg) over
-// it (a nil cfg.Logger discards). On cleanup the server stops, its client
-// connections are closed, and the file must pass the store's integrity
-// check and audit verification before it is closed; a failure there fails
-// the test.
-func Start(tb testing.TB, opts db.Options, cfg api.Config) *Server {
+// Factory opens a fresh store with rules for one test and closes it on
+// cleanup, after checking it as its engine can (see db/dbtest.Factory).
+type Factory func(tb testing.TB, rules db.Rules) db.Store
+
+// Bolt is the default Factory: a bbolt file in tb.TempDir(). On cleanup
+// the file must pass the store's integrity check and audit verification
+// before it is closed; a failure there fails the test.
+func Bolt(tb testing.TB, rules db.Rules) db.Store {
+	tb.Helper()
+	return BoltWith(tb, bolt.Options{Rules: rules})
+}
+
+// BoltWith is Bolt with the engine's own options too.
+func BoltWith(tb testing.TB, opts bolt.Options) db.Store {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := db.Open(path, opts)
+	store, err := bolt.Open(path, opts)
 	if err != nil {
-		tb.Fatalf("db.Open(%s) error = %v", path, err)
+		tb.Fatalf("bolt.Open(%s) error = %v", path, err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	srv := httptest.NewServer(api.New(store, cfg))
 	tb.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
 		if err := store.Check(); err != nil {
 			tb.Errorf("store.Check() after test = %v", err)
 		}
@@ -49,6 +54,34 @@ func Start(tb testing.TB, opts db.Options, cfg api.Config) *Server {
 		if err := store.Close(); err != nil {
 			tb.Errorf("store.Close() = %v", err)
 		}
+	})
+	return store
+}
+
+// Start serves api.New over a fresh bbolt store with rules (StartWith Bolt).
+func Start(tb testing.TB, rules db.Rules, cfg api.Config) *Server {
+	tb.Helper()
+	return Serve(tb, Bolt(tb, rules), cfg)
+}
+
+// StartWith serves api.New over a fresh store from newStore with rules.
+func StartWith(tb testing.TB, newStore Factory, rules db.Rules, cfg api.Config) *Server {
+	tb.Helper()
+	return Serve(tb, newStore(tb, rules), cfg)
+}
+
+// Serve serves api.New(store, cfg) (a nil cfg.Logger discards). On cleanup
+// — before the store's own, cleanups running last-in first-out — the
+// server stops and its client connections are closed.
+func Serve(tb testing.TB, store db.Store, cfg api.Config) *Server {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	srv := httptest.NewServer(api.New(store, cfg))
+	tb.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
 	})
 	return &Server{URL: srv.URL, Store: store, HTTP: srv}
 }

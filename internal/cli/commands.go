@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // callTimeout bounds one command's requests (longer than any server-side
@@ -780,7 +780,7 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 
 // verifyBackup opens a downloaded snapshot read-only and checks it.
 func verifyBackup(ctx context.Context, path string) (uint64, error) {
-	s, err := db.Open(path, db.Options{ReadOnly: true})
+	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
 	if err != nil {
 		return 0, err
 	}

@@ -26,7 +26,7 @@ func runCLI(t *testing.T, base string, args ...string) (stdout, stderr string, e
 // The shared call shape: -q prints one value, --json the server's JSON,
 // people get a sentence, and a refusal is exit status 1 with the API code.
 func TestCall_PrintsForPeopleScriptsAndRefusals(t *testing.T) {
-	s := apitest.Start(t, db.Options{}, api.Config{})
+	s := apitest.Start(t, db.Rules{}, api.Config{})
 
 	out, _, err := runCLI(t, s.URL, "enqueue", "--queue", "mail", "--payload", `{"to":"ada"}`, "-q")
 	if err != nil {
@@ -65,7 +65,7 @@ func TestCall_PrintsForPeopleScriptsAndRefusals(t *testing.T) {
 }
 
 func TestRun_UsageMistakesAreExitStatus2AndCallNothing(t *testing.T) {
-	s := apitest.Start(t, db.Options{}, api.Config{})
+	s := apitest.Start(t, db.Rules{}, api.Config{})
 	for _, args := range [][]string{
 		{"get", "abc"},                // not an id
 		{"get"},                       // no id

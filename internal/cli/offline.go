@@ -15,6 +15,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 )
 
 // tokenCommand: fenceq token new NAME --roles worker,producer (the
@@ -52,12 +53,12 @@ func tokenCommand(args []string, stdout, stderr io.Writer) error {
 // server commits may be torn, so it is checked with bbolt's consistency
 // check and taken again (a few times) until it is whole.
 func verifyFileAudit(ctx context.Context, path string, stderr io.Writer) (db.AuditReport, error) {
-	store, err := db.Open(path, db.Options{ReadOnly: true, LockTimeout: 200 * time.Millisecond})
+	store, err := bolt.Open(path, bolt.Options{ReadOnly: true, LockTimeout: 200 * time.Millisecond})
 	if err == nil {
 		defer store.Close()
 		return store.VerifyAudit(ctx)
 	}
-	if !errors.Is(err, db.ErrLocked) {
+	if !errors.Is(err, bolt.ErrLocked) {
 		return db.AuditReport{}, err
 	}
 	fmt.Fprintf(stderr, "%s is held by a running server; verifying a copy\n", path)
@@ -72,7 +73,7 @@ func verifyFileAudit(ctx context.Context, path string, stderr io.Writer) (db.Aud
 		if err := copyFile(path, copyPath); err != nil {
 			return db.AuditReport{}, err
 		}
-		store, err := db.Open(copyPath, db.Options{ReadOnly: true})
+		store, err := bolt.Open(copyPath, bolt.Options{ReadOnly: true})
 		if err == nil {
 			err = store.Check()
 			if err == nil {

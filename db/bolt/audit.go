@@ -1,0 +1,214 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// appendAudit adds a record to the chain in tx, the transaction of the
+// change it describes.
+func appendAudit(tx *bbolt.Tx, now time.Time, e db.AuditEvent) error {
+	meta := tx.Bucket(bucketMeta)
+	var seq uint64
+	var prev []byte
+	if head := meta.Get(metaAuditHead); head != nil {
+		seq, prev = idFromKey(head[:8]), head[8:]
+	}
+	rec := db.NextAuditLink(seq, prev, now, e)
+	v, err := rec.Seal()
+	if err != nil {
+		return err
+	}
+	audit := tx.Bucket(bucketAudit)
+	audit.FillPercent = 1.0 // keys only ever grow: fill pages instead of splitting them half empty
+	if err := audit.Put(u64(rec.Seq), v); err != nil {
+		return err
+	}
+	if err := indexAudit(tx, &rec); err != nil {
+		return err
+	}
+	return meta.Put(metaAuditHead, append(u64(rec.Seq), rec.Hash...))
+}
+
+// auditSubjectPrefix is the subject part of an idx_audit_subject key,
+// 0x00 included. A job's subject is "job:" and its id as 8 bytes
+// big-endian, so the keys of recent jobs (the busy ones) sit together at
+// the end of the index rather than spread by decimal string order; other
+// subjects ("lease:<name>", "jobs") are their text, which has no 0x00.
+func auditSubjectPrefix(subject string) []byte {
+	if rest, ok := strings.CutPrefix(subject, "job:"); ok {
+		if id, err := strconv.ParseUint(rest, 10, 64); err == nil && strconv.FormatUint(id, 10) == rest {
+			return append(append([]byte("job:"), u64(id)...), 0)
+		}
+	}
+	return append([]byte(subject), 0)
+}
+
+// indexAudit adds rec to the subject index and the action counters, in the
+// transaction that appends it.
+func indexAudit(tx *bbolt.Tx, rec *db.AuditLink) error {
+	if err := tx.Bucket(bucketAuditSubject).Put(append(auditSubjectPrefix(rec.Subject), u64(rec.Seq)...), nil); err != nil {
+		return err
+	}
+	counts := tx.Bucket(bucketAuditCounts)
+	for _, k := range db.AuditCountKeys(rec) {
+		var n uint64
+		if v := counts.Get([]byte(k)); len(v) == 8 {
+			n = idFromKey(v)
+		}
+		if err := counts.Put([]byte(k), u64(n+1)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ListAuditBySubject returns the newest records of req.Subject first, found
+// through the subject index: O(log n + limit), whatever the log's size. A
+// file opened read-only that predates the index has no history to show. It
+// returns CodeInvalid for a limit outside 1..MaxListLimit.
+func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error) {
+	var err error
+	if req.Limit, err = db.ListLimit(req.Limit); err != nil {
+		return db.AuditPage{}, err
+	}
+	if req.Subject == "" {
+		return db.AuditPage{}, db.Errorf(db.CodeInvalid, "subject is required")
+	}
+	page := db.AuditPage{Records: []db.AuditRecord{}}
+	err = s.view(func(tx *bbolt.Tx) error {
+		idx := tx.Bucket(bucketAuditSubject)
+		if idx == nil {
+			return nil
+		}
+		prefix := auditSubjectPrefix(req.Subject)
+		before := req.Before
+		if before == 0 {
+			before = ^uint64(0)
+		}
+		c := idx.Cursor()
+		k, _ := c.Seek(append(bytes.Clone(prefix), u64(before)...))
+		if k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		audit := tx.Bucket(bucketAudit)
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Prev() {
+			if len(page.Records) == req.Limit {
+				page.Next = page.Records[len(page.Records)-1].Seq
+				return nil
+			}
+			seq := idFromKey(k)
+			v := audit.Get(u64(seq))
+			if v == nil {
+				return fmt.Errorf("%w: the subject index points at audit record %d, which does not exist", db.ErrCorrupt, seq)
+			}
+			var r db.AuditLink
+			if err := unmarshalRecord(v, &r); err != nil {
+				return fmt.Errorf("%w: audit record %d: %v", db.ErrCorrupt, seq, err)
+			}
+			page.Records = append(page.Records, r.Record())
+		}
+		return nil
+	})
+	if err != nil {
+		return db.AuditPage{}, err
+	}
+	return page, nil
+}
+
+// AuditHead reads the chain head from meta: one lookup, no walk.
+func (s *Store) AuditHead(ctx context.Context) (db.AuditHead, error) {
+	var head db.AuditHead
+	err := s.view(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(metaAuditHead); len(v) == 8+sha256.Size {
+			head = db.AuditHead{Seq: idFromKey(v[:8]), Hash: hex.EncodeToString(v[8:])}
+		}
+		return nil
+	})
+	return head, err
+}
+
+// AuditCounts returns the audit record counters. A file opened read-only
+// that predates them reports none.
+func (s *Store) AuditCounts(ctx context.Context) (db.AuditCounts, error) {
+	out := db.AuditCounts{Actions: map[string]uint64{}}
+	err := s.view(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketAuditCounts)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: audit count %q", db.ErrCorrupt, k)
+			}
+			switch n := idFromKey(v); string(k) {
+			case db.AuditCountReclaimed:
+				out.Reclaimed = n
+			case db.AuditCountExpiredDead:
+				out.ExpiredDead = n
+			default:
+				out.Actions[string(k)] = n
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// ListAudit returns up to limit records with a sequence above after.
+func (s *Store) ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error) {
+	if limit <= 0 || limit > db.MaxListLimit {
+		return nil, db.Errorf(db.CodeInvalid, "limit must be between 1 and %d", db.MaxListLimit)
+	}
+	out := []db.AuditRecord{}
+	err := s.view(func(tx *bbolt.Tx) error {
+		if after == ^uint64(0) {
+			return nil
+		}
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
+			var r db.AuditLink
+			if err := unmarshalRecord(v, &r); err != nil {
+				return fmt.Errorf("%w: audit record %d: %v", db.ErrCorrupt, idFromKey(k), err)
+			}
+			out = append(out, r.Record())
+		}
+		return nil
+	})
+	return out, err
+}
+
+// VerifyAudit walks the whole chain in one read transaction and reports
+// the first record whose sequence, prev_hash or hash does not check out.
+func (s *Store) VerifyAudit(ctx context.Context) (db.AuditReport, error) {
+	var rep db.AuditReport
+	err := s.view(func(tx *bbolt.Tx) error {
+		rep = verifyAudit(tx)
+		return nil
+	})
+	return rep, err
+}
+
+func verifyAudit(tx *bbolt.Tx) db.AuditReport {
+	var v db.ChainVerifier
+	c := tx.Bucket(bucketAudit).Cursor()
+	for k, val := c.First(); k != nil && v.Add(idFromKey(k), val); k, val = c.Next() {
+	}
+	var seq uint64
+	var hash []byte
+	if head := tx.Bucket(bucketMeta).Get(metaAuditHead); len(head) == 8+sha256.Size {
+		seq, hash = idFromKey(head[:8]), head[8:]
+	}
+	return v.Report(seq, hash)
+}

@@ -1,0 +1,79 @@
+package bolt
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+const jobRecordVersion = 1
+
+// jobRecord is the stored form of a job: a version and the rules' record,
+// whose tags are the short stored names (never reused). Times are Unix
+// nanoseconds (0 = unset); JSON values are stored as their JSON bytes.
+// Golden files in testdata/records pin the format.
+type jobRecord struct {
+	V uint8 `msgpack:"v"`
+	db.JobRecord
+}
+
+// errorRecord is one failure in a job record's history.
+type errorRecord = db.ErrorRecord
+
+// jobRecordOf is rec as it is written: the current record version.
+func jobRecordOf(rec db.JobRecord) *jobRecord {
+	return &jobRecord{V: jobRecordVersion, JobRecord: rec}
+}
+
+func encodeRecord(v any) ([]byte, error) {
+	// The bytes go to bbolt, which keeps them until the commit: each record
+	// gets its own buffer; only the encoder is pooled.
+	buf := bytes.NewBuffer(make([]byte, 0, 256))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// unmarshalRecord decodes a stored msgpack value. msgpack v5.4.1 allocates
+// a slice or map as large as its header claims (its allocation limit check
+// is inverted), so a corrupt header of a few bytes could ask for gigabytes.
+// Skip walks the value without allocating and fails at the end of b, so
+// after it every claimed length is bounded by len(b).
+func unmarshalRecord(b []byte, v any) error {
+	if err := decodeWith(b, (*msgpack.Decoder).Skip); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(b, v)
+}
+
+// decodeWith runs decode on a pooled decoder reading b.
+func decodeWith(b []byte, decode func(*msgpack.Decoder) error) error {
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	var rd bytes.Reader
+	rd.Reset(b)
+	dec.Reset(&rd)
+	return decode(dec)
+}
+
+func decodeJob(b []byte) (*jobRecord, error) {
+	// jobRecord decodes itself and bounds its allocations (DecodeMsgpack),
+	// so the walk unmarshalRecord makes first is not needed here.
+	var r jobRecord
+	if err := decodeWith(b, r.DecodeMsgpack); err != nil {
+		return nil, fmt.Errorf("%w: job: %v", db.ErrCorrupt, err)
+	}
+	if r.V == 0 || r.V > jobRecordVersion || r.ID == 0 || !db.ValidState(r.State) {
+		return nil, fmt.Errorf("%w: job %d: version %d, state %q", db.ErrCorrupt, r.ID, r.V, r.State)
+	}
+	return &r, nil
+}
+
+func (r *jobRecord) job() db.Job { return r.JobRecord.Job() }

@@ -1,0 +1,149 @@
+package bolt
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/dbtest"
+)
+
+func listAllJobs(t *testing.T, s *Store) []db.Job {
+	t.Helper()
+	page, err := s.ListJobs(ctx, db.ListRequest{Limit: db.MaxListLimit})
+	if err != nil || page.Next != 0 {
+		t.Fatalf("ListJobs() next %d, error %v; want one page", page.Next, err)
+	}
+	return page.Jobs
+}
+
+func TestReopeningTheFileKeepsEveryJobIndexAndCount(t *testing.T) {
+	// Two stores go through the same deterministic workload; one is closed
+	// and reopened, the other stays open as the reference.
+	clk, refClk := newFakeClock(), newFakeClock()
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	s := mustOpenStoreAt(t, path, testOptions(clk))
+	ref := mustOpenStore(t, testOptions(refClk))
+	dbtest.MixedWorkload(t, s, clk)
+	dbtest.MixedWorkload(t, ref, refClk)
+	clk.Advance(time.Minute) // scheduled jobs are due and both claims expired
+	refClk.Advance(time.Minute)
+
+	jobs := listAllJobs(t, s)
+	if refJobs := listAllJobs(t, ref); !reflect.DeepEqual(refJobs, jobs) {
+		t.Fatalf("the workload is not deterministic: jobs\n%+v\nand\n%+v", jobs, refJobs)
+	}
+	stats, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit, err := s.VerifyAudit(ctx)
+	if err != nil || !audit.OK {
+		t.Fatalf("VerifyAudit() before close = %+v, %v", audit, err)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("Check() before close: %v", err)
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close() error = %v", err)
+	}
+	if _, err := s.GetJob(ctx, 1); !errors.Is(err, db.ErrClosed) {
+		t.Errorf("GetJob() after Close error = %v, want %v", err, db.ErrClosed)
+	}
+	if _, err := s.EnqueueJob(ctx, db.EnqueueRequest{}); !errors.Is(err, db.ErrClosed) {
+		t.Errorf("EnqueueJob() after Close error = %v, want %v", err, db.ErrClosed)
+	}
+
+	r := mustOpenStoreAt(t, path, testOptions(clk))
+	if err := r.Check(); err != nil {
+		t.Fatalf("Check() after reopen: %v", err)
+	}
+	if got := listAllJobs(t, r); !reflect.DeepEqual(got, jobs) {
+		t.Errorf("jobs after reopen =\n%+v\nwant\n%+v", got, jobs)
+	}
+	if got, err := r.Stats(ctx); err != nil || !reflect.DeepEqual(got, stats) {
+		t.Errorf("Stats() after reopen = %+v, %v; want %+v", got, err, stats)
+	}
+	if got, err := r.VerifyAudit(ctx); err != nil || got != audit {
+		t.Errorf("VerifyAudit() after reopen = %+v, %v; want %+v", got, err, audit)
+	}
+
+	// Claims continue as they would have without the reopen: two expired
+	// claims, two due scheduled jobs and two available ones.
+	want := claimAll(t, ref, "a", "b")
+	got := claimAll(t, r, "a", "b")
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("claim order after reopen = %v, want %v (the order of the store that stayed open)", got, want)
+	}
+	if len(got) != 6 {
+		t.Errorf("claims after reopen took %d jobs (%v), want 6", len(got), got)
+	}
+	if got, want := listAllJobs(t, r), listAllJobs(t, ref); !reflect.DeepEqual(got, want) {
+		t.Errorf("jobs after the claims =\n%+v\nwant\n%+v", got, want)
+	}
+
+	// Ids are never reused, and idempotency keys are still known.
+	next := mustEnqueue(t, r, db.EnqueueRequest{Queue: "a"})
+	if next.ID != uint64(len(jobs))+1 {
+		t.Errorf("first id after reopen = %d, want %d", next.ID, len(jobs)+1)
+	}
+	res, err := r.EnqueueJob(ctx, db.EnqueueRequest{Queue: "b", IdempotencyKey: "b-1"})
+	if err != nil || res.Created || res.Job.ID != 8 {
+		t.Errorf("enqueue with key b-1 after reopen = id %d created %v, %v; want job 8, not created", res.Job.ID, res.Created, err)
+	}
+}
+
+func TestIdsAreNeverReusedAcrossReopens(t *testing.T) {
+	clk := newFakeClock()
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	seen := map[uint64]bool{}
+	for round := range 3 {
+		s := mustOpenStoreAt(t, path, testOptions(clk))
+		for range 3 {
+			id := mustEnqueue(t, s, db.EnqueueRequest{}).ID
+			if seen[id] {
+				t.Fatalf("round %d: id %d was used before", round, id)
+			}
+			seen[id] = true
+		}
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != 9 {
+		t.Errorf("%d distinct ids, want 9", len(seen))
+	}
+}
+
+func TestOpenOfAFileThatIsNotADatabaseReturnsErrCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(path, make([]byte, 8192), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, db.ErrCorrupt) {
+		t.Errorf("Open(zero-filled file) error = %v, want %v", err, db.ErrCorrupt)
+	}
+	if s != nil {
+		s.Close()
+	}
+}
+
+func TestOpenOfAFileHeldByAnotherStoreReturnsErrLocked(t *testing.T) {
+	s := mustOpenStore(t, Options{})
+	other, err := Open(s.Path(), Options{LockTimeout: 50 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) {
+		t.Errorf("second Open(%s) error = %v, want %v", s.Path(), err, ErrLocked)
+	}
+	if other != nil {
+		other.Close()
+	}
+}
