@@ -28,9 +28,7 @@ func appendAudit(tx *bbolt.Tx, now time.Time, e db.AuditEvent) error {
 	if err != nil {
 		return err
 	}
-	audit := tx.Bucket(bucketAudit)
-	audit.FillPercent = 1.0 // keys only ever grow: fill pages instead of splitting them half empty
-	if err := audit.Put(u64(rec.Seq), v); err != nil {
+	if err := tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
 		return err
 	}
 	if err := indexAudit(tx, &rec); err != nil {
