@@ -5,11 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/dbtest"
+	bbolt "go.etcd.io/bbolt"
 )
 
 func listAllJobs(t *testing.T, s *Store) []db.Job {
@@ -145,5 +147,63 @@ func TestOpenOfAFileHeldByAnotherStoreReturnsErrLocked(t *testing.T) {
 	}
 	if other != nil {
 		other.Close()
+	}
+}
+
+// setSchemaVersion writes version v into the closed file at path.
+func setSchemaVersion(t *testing.T, path string, v uint64) {
+	t.Helper()
+	raw, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if err := raw.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(v)) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readSchemaVersion(t *testing.T, path string) uint64 {
+	t.Helper()
+	raw, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var v uint64
+	_ = raw.View(func(tx *bbolt.Tx) error { v = idFromKey(tx.Bucket(bucketMeta).Get(metaSchemaVersion)); return nil })
+	return v
+}
+
+// TestSchemaVersion_AnOlderFileIsUpgradedAndANewerOneRefused: a file of
+// schema version 1 (before the audit checkpoint) opens, keeps its jobs and
+// becomes version 2; a file of a version this build does not know is
+// refused, read-only too, and left as it was.
+func TestSchemaVersion_AnOlderFileIsUpgradedAndANewerOneRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	s := mustOpenStoreAt(t, path, Options{})
+	mustEnqueue(t, s, db.EnqueueRequest{Principal: "p", Queue: "a"})
+	s.Close()
+	setSchemaVersion(t, path, 1)
+	s = mustOpenStoreAt(t, path, Options{})
+	if _, err := s.GetJob(ctx, 1); err != nil {
+		t.Errorf("GetJob(1) on the upgraded file: %v", err)
+	}
+	s.Close()
+	if v := readSchemaVersion(t, path); v != schemaVersion {
+		t.Errorf("schema version after opening a version 1 file = %d, want %d", v, schemaVersion)
+	}
+
+	setSchemaVersion(t, path, schemaVersion+1)
+	for _, ro := range []bool{false, true} {
+		if s, err := Open(path, Options{ReadOnly: ro, LockTimeout: time.Second}); !errors.Is(err, db.ErrCorrupt) || !strings.Contains(err.Error(), "newer than this build") {
+			if err == nil {
+				s.Close()
+			}
+			t.Errorf("Open(read-only %v) of a version %d file: error = %v, want ErrCorrupt saying it is newer", ro, schemaVersion+1, err)
+		}
+	}
+	if v := readSchemaVersion(t, path); v != schemaVersion+1 {
+		t.Errorf("schema version after a refused open = %d, want %d (untouched)", v, schemaVersion+1)
 	}
 }

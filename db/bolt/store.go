@@ -115,7 +115,8 @@ func Open(path string, opts Options) (*Store, error) {
 			if tx.Bucket(bucketJobs) == nil {
 				return fmt.Errorf("%w: %s has no fenceq buckets", db.ErrCorrupt, path)
 			}
-			return nil
+			_, err := fileSchemaVersion(tx)
+			return err
 		})
 	} else {
 		err = bdb.Update(initBuckets)
@@ -135,13 +136,38 @@ func initBuckets(tx *bbolt.Tx) error {
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(metaSchemaVersion); v != nil {
-		if len(v) != 8 || idFromKey(v) != schemaVersion {
-			return fmt.Errorf("%w: schema version %x, this build reads %d", db.ErrCorrupt, v, schemaVersion)
-		}
-		return buildNewIndexes(tx) // indexes added after the file was made
+	v, err := fileSchemaVersion(tx)
+	if err != nil {
+		return err
 	}
+	if v != 0 {
+		if err := buildNewIndexes(tx); err != nil { // indexes added after the file was made
+			return err
+		}
+		if v == schemaVersion {
+			return nil
+		}
+	}
+	// A new file, or an upgrade: what version 2 added (the audit
+	// checkpoint) is absent until first written, so an older file needs
+	// nothing else.
 	return meta.Put(metaSchemaVersion, u64(schemaVersion))
+}
+
+// fileSchemaVersion reads the file's schema version (0 for a new file) and
+// refuses one newer than this build.
+func fileSchemaVersion(tx *bbolt.Tx) (uint64, error) {
+	v := tx.Bucket(bucketMeta).Get(metaSchemaVersion)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 || idFromKey(v) == 0 {
+		return 0, fmt.Errorf("%w: schema version %x", db.ErrCorrupt, v)
+	}
+	if n := idFromKey(v); n > schemaVersion {
+		return 0, fmt.Errorf("%w: the file has schema version %d, newer than this build reads (%d): open it with a newer fenceq", db.ErrCorrupt, n, schemaVersion)
+	}
+	return idFromKey(v), nil
 }
 
 // Path returns the file the store was opened on.
