@@ -31,3 +31,14 @@ func RouteForTest(s *Server, method, escapedPath string) (string, bool) {
 	}
 	return c.Path(), false
 }
+
+// WaitAuditVerificationForTest waits until no walk of the status page's
+// audit verification is running (the background walk included).
+func WaitAuditVerificationForTest(s *Server) {
+	s.audit.run.Lock()
+	s.audit.run.Unlock()
+}
+
+// AuditRequestStep is auditRequestStep, for the test that shows a
+// request walks no more.
+const AuditRequestStep = auditRequestStep
