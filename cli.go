@@ -619,17 +619,20 @@ func listLeases(ctx context.Context, c *client.Client, prefix string, asJSON boo
 // command) or, when --db is not given but --server (or FENCEQ_SERVER) is,
 // by the running server (GET /v1/audit/verify).
 func auditCLI(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "archive" {
+		return auditArchiveCommand(ctx, args[1:], stdout, stderr) // audit_archive.go
+	}
 	if len(args) == 0 || args[0] != "verify" {
-		return usageError{"usage: fenceq audit verify [--db FILE | --server URL] [--json]"}
+		return usageError{"usage: fenceq audit verify [--db FILE | --server URL] [--json], or fenceq audit archive --out FILE"}
 	}
 	fs := newFlagSet("fenceq audit verify", stderr)
-	path := fs.String("db", "./fenceq.db", "verify this bbolt file offline (read-only; a copy while a server holds it)")
+	path := fs.String("db", "./fenceq.db", "verify this bbolt file, or an archive of \"fenceq audit archive\", offline (read-only; a copy while a server holds it)")
 	cf := addClientFlags(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	setUsage(fs, stderr, "fenceq audit verify [--db FILE | --server URL] [--json]",
 		"Walk the audit chain and report the first record that does not verify (exit 1 when the chain is broken).\n"+
-			"With --db (or neither flag) the file is read offline; with --server (or FENCEQ_SERVER) and no --db,\n"+
-			"the running server walks it (admin role).")
+			"With --db (or neither flag) the file is read offline: a database, or an archive file written by\n"+
+			"\"fenceq audit archive\"; with --server (or FENCEQ_SERVER) and no --db, the running server walks it (admin role).")
 	if _, err := parseCommand(fs, args[1:], 0, 0); err != nil {
 		return err
 	}
@@ -661,6 +664,8 @@ func printAuditReport(stdout io.Writer, rep client.AuditReport, asJSON bool, wha
 		if err := printJSON(stdout, rep); err != nil {
 			return err
 		}
+	} else if rep.OK && rep.StartSeq > 0 {
+		fmt.Fprintf(stdout, "ok: %d records after the checkpoint %d (older records were archived), head %d %s\n", rep.Records, rep.StartSeq, rep.HeadSeq, rep.HeadHash)
 	} else if rep.OK {
 		fmt.Fprintf(stdout, "ok: %d records, head %d %s\n", rep.Records, rep.HeadSeq, rep.HeadHash)
 	} else {

@@ -60,12 +60,20 @@ func auditCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parseWithEnv(fs, args[1:]); err != nil {
 		return err
 	}
+	if isArchiveFile(*path) { // audit_archive.go
+		rep, err := verifyArchiveFile(*path)
+		if err != nil {
+			return err
+		}
+		return printArchiveReport(stdout, rep, *asJSON, *path)
+	}
 	rep, err := verifyFileAudit(ctx, *path, stderr)
 	if err != nil {
 		return err
 	}
 	return printAuditReport(stdout, client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
-		HeadHash: rep.HeadHash, FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *asJSON, *path)
+		HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
+		FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *asJSON, *path)
 }
 
 // verifyFileAudit opens path read-only. When a server holds the file (its

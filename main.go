@@ -72,7 +72,10 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease release NAME TOKEN --holder H                   give it back
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
-  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
+  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file (a database or an archive)
+                                                           offline, or by the server
+  fenceq audit archive --out FILE                          move the audit records older than the server's
+                                                           --audit-retention into FILE (admin)
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
@@ -181,6 +184,7 @@ type serveConfig struct {
 	maxHeaderBytes int
 	retention      time.Duration
 	sweepEvery     time.Duration
+	auditRetention time.Duration
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -206,6 +210,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
+	fs.DurationVar(&cfg.auditRetention, "audit-retention", 0, "audit records older than this may be moved out by \"fenceq audit archive\" (archived to a file, then removed); 0 keeps every record for ever")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -226,6 +231,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if !cfg.insecure && !isLoopback(cfg.listen) {
 		return usageError{fmt.Sprintf("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
 			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)}
+	}
+	if cfg.auditRetention < 0 {
+		return usageError{"--audit-retention must not be negative (0 keeps every audit record)"}
 	}
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return usageError{"--default-lease and --max-lease must be positive, and the default at most the max"}
@@ -251,7 +259,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
 	}
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, MaxWait: cfg.writeTimeout * 4 / 5})
+		Principals: principals, MaxWait: cfg.writeTimeout * 4 / 5, AuditRetention: cfg.auditRetention})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,
