@@ -47,14 +47,9 @@ var (
 	metaAuditHead     = []byte("audit_head") // seq (8) ‖ hash (32)
 	// metaAuditCheckpoint: the last audit record removed after it was
 	// archived: seq (8) ‖ hash (32) ‖ its time (8) ‖ removed at (8), times
-	// as Unix nanoseconds. Absent until a first removal (schema version 2).
+	// as Unix nanoseconds. Absent until a first removal (schema version 3).
 	metaAuditCheckpoint = []byte("audit_checkpoint")
 )
-
-// schemaVersion is the layout this build writes. 2: the audit checkpoint
-// (metaAuditCheckpoint). A file of an older version is upgraded when it is
-// opened for writing; a newer one is refused.
-const schemaVersion = 2
 
 // fillPercents is how full bbolt packs the pages it splits, per bucket
 // (bbolt's default, half full, for the others). bbolt does not store it:

@@ -1,11 +1,11 @@
 package bolt
 
 import (
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
@@ -175,35 +175,32 @@ func readSchemaVersion(t *testing.T, path string) uint64 {
 	return v
 }
 
-// TestSchemaVersion_AnOlderFileIsUpgradedAndANewerOneRefused: a file of
-// schema version 1 (before the audit checkpoint) opens, keeps its jobs and
-// becomes version 2; a file of a version this build does not know is
-// refused, read-only too, and left as it was.
-func TestSchemaVersion_AnOlderFileIsUpgradedAndANewerOneRefused(t *testing.T) {
+// TestSchemaVersion_AVersion2FileIsUpgradedToTheCheckpointVersion: a
+// file of schema version 2 (before the audit checkpoint) opens, keeps its
+// jobs and its chain, and becomes version 3; archived records can then be
+// removed from it.
+func TestSchemaVersion_AVersion2FileIsUpgradedToTheCheckpointVersion(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fenceq.db")
-	s := mustOpenStoreAt(t, path, Options{})
+	clk := newFakeClock()
+	s := mustOpenStoreAt(t, path, testOptions(clk))
 	mustEnqueue(t, s, db.EnqueueRequest{Principal: "p", Queue: "a"})
 	s.Close()
-	setSchemaVersion(t, path, 1)
-	s = mustOpenStoreAt(t, path, Options{})
+	setSchemaVersion(t, path, 2)
+	s = mustOpenStoreAt(t, path, testOptions(clk))
 	if _, err := s.GetJob(ctx, 1); err != nil {
 		t.Errorf("GetJob(1) on the upgraded file: %v", err)
 	}
+	recs, err := s.ListAudit(ctx, 0, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("ListAudit() = %v, %v", recs, err)
+	}
+	clk.Advance(time.Hour)
+	h, _ := hex.DecodeString(recs[0].Hash)
+	if cp, err := s.RemoveAudit(ctx, db.RemoveAuditRequest{Principal: "admin", Through: db.AuditMark{Seq: 1, Hash: h}, Before: clk.Now()}); err != nil || cp.Seq != 1 {
+		t.Errorf("RemoveAudit(through 1) on the upgraded file = %+v, %v; want the checkpoint at 1", cp, err)
+	}
 	s.Close()
-	if v := readSchemaVersion(t, path); v != schemaVersion {
-		t.Errorf("schema version after opening a version 1 file = %d, want %d", v, schemaVersion)
-	}
-
-	setSchemaVersion(t, path, schemaVersion+1)
-	for _, ro := range []bool{false, true} {
-		if s, err := Open(path, Options{ReadOnly: ro, LockTimeout: time.Second}); !errors.Is(err, db.ErrCorrupt) || !strings.Contains(err.Error(), "newer than this build") {
-			if err == nil {
-				s.Close()
-			}
-			t.Errorf("Open(read-only %v) of a version %d file: error = %v, want ErrCorrupt saying it is newer", ro, schemaVersion+1, err)
-		}
-	}
-	if v := readSchemaVersion(t, path); v != schemaVersion+1 {
-		t.Errorf("schema version after a refused open = %d, want %d (untouched)", v, schemaVersion+1)
+	if v := readSchemaVersion(t, path); v != 3 || schemaVersion != 3 {
+		t.Errorf("schema version after opening a version 2 file = %d (this build: %d), want 3", v, schemaVersion)
 	}
 }

@@ -115,11 +115,13 @@ func Open(path string, opts Options) (*Store, error) {
 			if tx.Bucket(bucketJobs) == nil {
 				return fmt.Errorf("%w: %s has no fenceq buckets", db.ErrCorrupt, path)
 			}
-			_, err := fileSchemaVersion(tx)
+			// An older file is read as it is (a missing index reads as
+			// empty); a newer one is refused.
+			_, err := openSchema(tx, path)
 			return err
 		})
 	} else {
-		err = bdb.Update(initBuckets)
+		err = bdb.Update(func(tx *bbolt.Tx) error { return initFile(tx, path) })
 	}
 	if err != nil {
 		bdb.Close()
@@ -127,47 +129,6 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.commitLoop()
 	return s, nil
-}
-
-func initBuckets(tx *bbolt.Tx) error {
-	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("db: create bucket %s: %w", name, err)
-		}
-	}
-	meta := tx.Bucket(bucketMeta)
-	v, err := fileSchemaVersion(tx)
-	if err != nil {
-		return err
-	}
-	if v != 0 {
-		if err := buildNewIndexes(tx); err != nil { // indexes added after the file was made
-			return err
-		}
-		if v == schemaVersion {
-			return nil
-		}
-	}
-	// A new file, or an upgrade: what version 2 added (the audit
-	// checkpoint) is absent until first written, so an older file needs
-	// nothing else.
-	return meta.Put(metaSchemaVersion, u64(schemaVersion))
-}
-
-// fileSchemaVersion reads the file's schema version (0 for a new file) and
-// refuses one newer than this build.
-func fileSchemaVersion(tx *bbolt.Tx) (uint64, error) {
-	v := tx.Bucket(bucketMeta).Get(metaSchemaVersion)
-	if v == nil {
-		return 0, nil
-	}
-	if len(v) != 8 || idFromKey(v) == 0 {
-		return 0, fmt.Errorf("%w: schema version %x", db.ErrCorrupt, v)
-	}
-	if n := idFromKey(v); n > schemaVersion {
-		return 0, fmt.Errorf("%w: the file has schema version %d, newer than this build reads (%d): open it with a newer fenceq", db.ErrCorrupt, n, schemaVersion)
-	}
-	return idFromKey(v), nil
 }
 
 // Path returns the file the store was opened on.
