@@ -62,17 +62,17 @@ var (
 // record grows in place when it is claimed and completed; the tenth left
 // free absorbs that growth without a split that would leave half-empty
 // pages behind. idx_ready mostly grows at the tail of each queue's range
-// (run_at is the enqueue or retry time), with a tenth left for the jobs
+// (run_at is the enqueue or retry time), with a little room for the jobs
 // that arrive in the middle (priorities, a run_at in the past).
-// idx_audit_subject is appended at enqueue but written in the middle
-// (a job's later records beside its first), so it keeps a quarter free.
-// docs/performance.md ("Bytes on disk per job") has the measurements.
+// idx_audit_subject is appended at enqueue but also written in the middle
+// (a job's later records beside its first). docs/performance.md ("Bytes on
+// disk per job") has the measurements these values were chosen from.
 var fillPercents = map[string]float64{
 	string(bucketJobs):         0.9,
 	string(bucketAudit):        1.0,
 	string(bucketFinished):     1.0,
-	string(bucketReady):        0.9,
-	string(bucketAuditSubject): 0.75,
+	string(bucketReady):        0.95,
+	string(bucketAuditSubject): 0.85,
 }
 
 // setFill sets the fill of the buckets in fillPercents on tx's handles,
