@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,9 +186,14 @@ func BenchmarkSpacePerJob(b *testing.B) {
 				enqueueConcurrently(b, s, n, 16, queues)
 				size, fresh := spaceOf(b, s)
 				b.ReportMetric(float64(size)/float64(n), "fresh-B/job")
-				start := time.Now()
+				start, cpu0, writes0 := time.Now(), cpuUsed(), pageWrites(s)
+				commits0, _ := s.CommitStats()
 				drainConcurrently(b, s, n/2, 16, queues)
 				b.ReportMetric(float64(n/2)/time.Since(start).Seconds(), "drain-jobs/s")
+				b.ReportMetric(float64((cpuUsed()-cpu0).Microseconds())/float64(n/2), "drain-cpu-µs/job")
+				b.ReportMetric(float64(pageWrites(s)-writes0)/float64(n/2), "drain-pagewrites/job")
+				commits1, _ := s.CommitStats()
+				b.ReportMetric(float64(commits1-commits0)/float64(n/2), "drain-commits/job")
 				size2, churned := spaceOf(b, s)
 				b.ReportMetric(float64(size2)/float64(n), "churned-B/job")
 				if os.Getenv("FENCEQ_SPACE_VERBOSE") != "" {
@@ -220,4 +226,19 @@ func pct(a, b int) float64 {
 		return 0
 	}
 	return 100 * float64(a) / float64(b)
+}
+
+// cpuUsed is the CPU time (user and system) this process has used.
+func cpuUsed() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// pageWrites is how many pages the store's write transactions wrote.
+func pageWrites(s *Store) int64 {
+	st := s.bolt.Stats()
+	return st.TxStats.GetWrite()
 }
