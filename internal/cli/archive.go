@@ -1,4 +1,4 @@
-package main
+package cli
 
 // fenceq audit archive: the client half of audit retention (the server's
 // half is api/audit_archive.go). The server never removes an audit record
@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -25,41 +26,38 @@ import (
 	"github.com/fenceq/fenceq/db"
 )
 
-// auditArchiveCommand: fenceq audit archive --out FILE [--limit N] [--json]
-func auditArchiveCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("fenceq audit archive", stderr)
-	cf := addClientFlags(fs)
-	out := fs.String("out", "", "file to write the archive to (required; never overwritten)")
-	limit := fs.Uint64("limit", 0, "archive at most this many records (0: every record older than the retention)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	setUsage(fs, stderr, "fenceq audit archive --out FILE [--limit N] [--json]",
-		"Move the audit records older than the server's --audit-retention into FILE (admin role): download them,\n"+
-			"sync and verify the file, then have the server remove them, leaving a checkpoint from which the rest\n"+
-			"of its chain verifies. \"fenceq audit verify --db FILE\" checks the file offline.")
-	if _, err := parseCommand(fs, args, 0, 0); err != nil {
+// auditArchiveCmd: fenceq audit archive --out FILE [--limit N] [--json]
+var auditArchiveCmd = call[archiveResult]{
+	name: "audit archive", synopsis: "fenceq audit archive --out FILE [--limit N] [--json]",
+	jsonHelp: "print {\"file\",\"records\",\"from_seq\",\"through_seq\",\"before\",\"checkpoint\"} as JSON",
+	about: "Move the audit records older than the server's --audit-retention into FILE (admin role): download them,\n" +
+		"sync and verify the file, then have the server remove them, leaving a checkpoint from which the rest\n" +
+		"of its chain verifies. \"fenceq audit verify --db FILE\" checks the file offline.",
+	unbounded: true,
+	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[archiveResult], error) {
+		out := fs.String("out", "", "file to write the archive to (required; never overwritten)")
+		limit := fs.Uint64("limit", 0, "archive at most this many records (0: every record older than the retention)")
+		return func([]string) (callFunc[archiveResult], error) {
+			if *out == "" {
+				return nil, UsageError{"fenceq audit archive needs --out FILE"}
+			}
+			if _, err := os.Lstat(*out); err == nil {
+				return nil, UsageError{fmt.Sprintf("%s exists: an archive is never overwritten; choose another --out", *out)}
+			}
+			return func(ctx context.Context, c *client.Client) (archiveResult, error) {
+				return archiveAudit(ctx, c, *out, *limit)
+			}, nil
+		}
+	},
+	show: func(e Env, r archiveResult) error {
+		if r.Records == 0 {
+			_, err := fmt.Fprintf(e.Stdout, "nothing to archive: no audit record after the checkpoint %d is older than the server's retention\n", r.FromSeq)
+			return err
+		}
+		_, err := fmt.Fprintf(e.Stdout, "archived %d audit records (%d-%d, older than %s) to %s; the server removed them (checkpoint %d)\n",
+			r.Records, r.FromSeq+1, r.ThroughSeq, r.Before.Format(time.RFC3339), r.File, r.Checkpoint.Seq)
 		return err
-	}
-	if *out == "" {
-		return usageError{"fenceq audit archive needs --out FILE"}
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
-	res, err := archiveAudit(ctx, c, *out, *limit)
-	if err != nil {
-		return cliError(c, err)
-	}
-	if *asJSON {
-		return printJSON(stdout, res)
-	}
-	if res.Records == 0 {
-		fmt.Fprintf(stdout, "nothing to archive: no audit record after the checkpoint %d is older than the server's retention\n", res.FromSeq)
-		return nil
-	}
-	fmt.Fprintf(stdout, "archived %d audit records (%d-%d, older than %s) to %s; the server removed them (checkpoint %d)\n",
-		res.Records, res.FromSeq+1, res.ThroughSeq, res.Before.Format(time.RFC3339), res.File, res.Checkpoint.Seq)
-	return nil
+	},
 }
 
 // archiveResult is what one "fenceq audit archive" did.
@@ -75,9 +73,6 @@ type archiveResult struct {
 // archiveAudit downloads the archivable records into out, makes the file
 // durable and verifies it, then has the server remove them.
 func archiveAudit(ctx context.Context, c *client.Client, out string, limit uint64) (archiveResult, error) {
-	if _, err := os.Lstat(out); err == nil {
-		return archiveResult{}, usageError{fmt.Sprintf("%s exists: an archive is never overwritten; choose another --out", out)}
-	}
 	tmp := out + ".partial"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -151,24 +146,4 @@ func isArchiveFile(path string) bool {
 	line, _ := bufio.NewReader(io.LimitReader(f, 64<<10)).ReadBytes('\n')
 	var h db.ArchiveHeader
 	return json.Unmarshal(line, &h) == nil && h.Format == db.ArchiveFormat
-}
-
-// printArchiveReport prints the offline verification of an archive file.
-func printArchiveReport(stdout io.Writer, rep db.ArchiveReport, asJSON bool, path string) error {
-	if asJSON {
-		if err := printJSON(stdout, map[string]any{"archive": true, "ok": rep.OK, "records": rep.Records,
-			"start_seq": rep.StartSeq, "start_hash": rep.StartHash, "end_seq": rep.HeadSeq, "end_hash": rep.HeadHash,
-			"before": rep.Header.Before, "first_broken": rep.FirstBroken, "reason": rep.Reason}); err != nil {
-			return err
-		}
-	} else if rep.OK {
-		fmt.Fprintf(stdout, "ok: archive of %d records, %d-%d (after %d), all older than %s, end %s\n",
-			rep.Records, rep.StartSeq+1, rep.HeadSeq, rep.StartSeq, rep.Header.Before.Format(time.RFC3339), rep.HeadHash)
-	} else {
-		fmt.Fprintf(stdout, "BROKEN at sequence %d: %s\n", rep.FirstBroken, rep.Reason)
-	}
-	if !rep.OK {
-		return fmt.Errorf("audit archive %s is broken at sequence %d", path, rep.FirstBroken)
-	}
-	return nil
 }
