@@ -18,7 +18,8 @@ import (
 // POST /v1/audit/archive/remove removes them only through a record whose
 // hash the caller names and only while older than the retention — a
 // refused removal changes nothing —, and the status page's verification
-// goes on from the checkpoint.
+// goes on from the checkpoint. A job's history says that older records
+// were archived only when its own first records are gone.
 func TestAuditArchive(t *testing.T) {
 	clk := newStatusClock()
 	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now, AuditRetention: time.Hour})
@@ -77,6 +78,12 @@ func TestAuditArchive(t *testing.T) {
 	left, err := ts.store.ListAudit(context.Background(), 0, 100)
 	if err != nil || len(left) != 2 || left[0].Seq != 4 || left[1].Action != "archive" {
 		t.Fatalf("records after the removal = %+v, %v; want 4 and the archive record", left, err)
+	}
+	for id, archived := range map[uint64]bool{1: true, 4: false} {
+		r := ts.get(fmt.Sprintf("/v1/jobs/%d/history", id))
+		if r.status != http.StatusOK || strings.Contains(string(r.body), `"archived":{"seq":3`) != archived {
+			t.Errorf("history of job %d after the removal = %v; want archived through 3 shown: %v", id, r, archived)
+		}
 	}
 	clk.Advance(time.Minute)
 	if v := ts.status("").Audit.Verified; v == nil || !v.OK || v.VerifiedSeq != 5 {

@@ -148,31 +148,32 @@ func NewToken(name string, roles []Role) (token, line string, err error) {
 // authentication (health, readiness, the status page and its assets).
 // admin passes every check.
 var routeRoles = map[string]Role{
-	"POST /v1/jobs":                 RoleProducer,
-	"GET /v1/jobs":                  RoleProducer,
-	"GET /v1/jobs/:id":              RoleProducer,
-	"GET /v1/queues":                RoleProducer,
-	"POST /v1/jobs/:id/cancel":      RoleAdmin,
-	"POST /v1/jobs/:id/retry":       RoleAdmin,
-	"POST /v1/claim":                RoleWorker,
-	"POST /v1/jobs/:id/heartbeat":   RoleWorker,
-	"POST /v1/jobs/:id/complete":    RoleWorker,
-	"POST /v1/jobs/:id/fail":        RoleWorker,
-	"GET /v1/audit":                 RoleAdmin,
-	"GET /v1/audit/verify":          RoleAdmin,
-	"GET /v1/audit/archive":         RoleAdmin,
-	"POST /v1/audit/archive/remove": RoleAdmin,
-	"GET /v1/stats":                 RoleProducer,
-	"GET /v1/backup":                RoleAdmin,
-	"POST /v1/leases/*":             RoleWorker,
-	"GET /v1/leases":                RoleWorker,
-	"GET /v1/leases/*":              RoleWorker,
-	"POST /v1/jobs/:id/check":       anyRole,
+	"POST /v1/jobs":               RoleProducer,
+	"GET /v1/jobs":                RoleProducer,
+	"GET /v1/jobs/:id":            RoleProducer,
+	"GET /v1/queues":              RoleProducer,
+	"POST /v1/jobs/:id/cancel":    RoleAdmin,
+	"POST /v1/jobs/:id/retry":     RoleAdmin,
+	"POST /v1/claim":              RoleWorker,
+	"POST /v1/jobs/:id/heartbeat": RoleWorker,
+	"POST /v1/jobs/:id/complete":  RoleWorker,
+	"POST /v1/jobs/:id/fail":      RoleWorker,
+	"GET /v1/audit":               RoleAdmin,
+	"GET /v1/audit/verify":        RoleAdmin,
+	"GET /v1/stats":               RoleProducer,
+	"GET /v1/backup":              RoleAdmin,
+	"POST /v1/leases/*":           RoleWorker,
+	"GET /v1/leases":              RoleWorker,
+	"GET /v1/leases/*":            RoleWorker,
+	"POST /v1/jobs/:id/check":     anyRole,
 	// The status page (status.go): GET /v1/status filters its parts by
 	// the caller's roles, by this table.
 	"GET /v1/status":           anyRole,
 	"GET /v1/whoami":           anyRole,
 	"GET /v1/jobs/:id/history": RoleProducer,
+	// Audit retention (audit_archive.go).
+	"GET /v1/audit/archive":         RoleAdmin,
+	"POST /v1/audit/archive/remove": RoleAdmin,
 }
 
 // anyRole: any authenticated principal.

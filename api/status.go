@@ -527,16 +527,18 @@ func (s *Server) jobHistory(c echo.Context) error {
 	out := struct {
 		Records []auditRecordResponse `json:"records"`
 		Next    uint64                `json:"next,omitempty"`
-		// Archived, on the last page, says that the records through
-		// archived.seq (the oldest of them, no newer than archived.time)
-		// were archived and removed at archived.archived_at: a history
-		// older than that is in the archive files, not here.
+		// Archived, on the last page of a history whose first records are
+		// gone, says that the records through archived.seq (none newer
+		// than archived.time) were archived and removed at
+		// archived.archived_at: the older history is in the archive files.
 		Archived *auditCheckpointResponse `json:"archived,omitempty"`
 	}{Records: make([]auditRecordResponse, 0, len(page.Records)), Next: page.Next}
 	for _, r := range page.Records {
 		out.Records = append(out.Records, auditRecordResponse(r))
 	}
-	if page.Next == 0 {
+	// A job's first record is its enqueue: a last page that does not end
+	// with it lost its older records to an archive.
+	if n := len(page.Records); page.Next == 0 && (n == 0 || page.Records[n-1].Action != "enqueue") {
 		head, err := s.store.AuditHead(c.Request().Context())
 		if err != nil {
 			return err
