@@ -306,11 +306,11 @@ func TestCLI_UnreachableServer(t *testing.T) {
 func TestCLI_HelpListsEveryCommand(t *testing.T) {
 	out, _ := mustRun(t, nil, 0, "help")
 	for _, cmd := range []string{"serve", "token new", "bench", "enqueue", "get ID", "list", "cancel ID", "retry ID", "stats",
-		"lease acquire", "lease renew", "lease release", "lease check", "lease show", "audit verify", "backup --out", "worker --exec"} {
+		"lease acquire", "lease renew", "lease release", "lease check", "lease show", "audit verify", "audit archive", "backup --out", "worker --exec"} {
 		mustContain(t, "fenceq help", out, "fenceq "+cmd)
 	}
 	for _, args := range [][]string{{"enqueue"}, {"get"}, {"list"}, {"cancel"}, {"retry"}, {"stats"}, {"lease", "acquire"},
-		{"lease", "renew"}, {"lease", "release"}, {"lease", "check"}, {"lease", "show"}, {"audit", "verify"}, {"backup"}, {"worker"}} {
+		{"lease", "renew"}, {"lease", "release"}, {"lease", "check"}, {"lease", "show"}, {"audit", "verify"}, {"audit", "archive"}, {"backup"}, {"worker"}} {
 		_, stderr := mustRun(t, nil, 0, append(args, "--help")...)
 		mustContain(t, strings.Join(args, " ")+" --help", stderr, "usage: fenceq "+strings.Join(args, " "), "-server")
 	}

@@ -58,7 +58,10 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease release NAME TOKEN --holder H                   give it back
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
-  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
+  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file (a database or an archive)
+                                                           offline, or by the server
+  fenceq audit archive --out FILE                          move the audit records older than the server's
+                                                           --audit-retention into FILE (admin)
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
@@ -118,6 +121,7 @@ type serveConfig struct {
 	maxDBSize      int64
 	logFormat      string
 	logLevel       string
+	auditRetention time.Duration
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -146,6 +150,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&cfg.maxDBSize, "max-db-size", defaultMaxDBSize(), "largest the database file may grow, in bytes (0: no limit); a write past it is refused with resource_exhausted, reads go on. Default 512 MiB on 32-bit builds, none on 64-bit")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
+	fs.DurationVar(&cfg.auditRetention, "audit-retention", 0, "audit records older than this may be moved out by \"fenceq audit archive\" (archived to a file, then removed); 0 keeps every record for ever")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -170,6 +175,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else if !cfg.insecure && !isLoopback(cfg.listen) {
 		return cli.Usagef("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
 			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)
+	}
+	if cfg.auditRetention < 0 {
+		return cli.Usagef("--audit-retention must not be negative (0 keeps every audit record)")
 	}
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return cli.Usagef("--default-lease and --max-lease must be positive, and the default at most the max")
@@ -208,7 +216,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer store.Close()
 
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, WriteTimeout: cfg.writeTimeout})
+		Principals: principals, WriteTimeout: cfg.writeTimeout, AuditRetention: cfg.auditRetention})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,

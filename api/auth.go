@@ -171,6 +171,9 @@ var routeRoles = map[string]Role{
 	"GET /v1/status":           anyRole,
 	"GET /v1/whoami":           anyRole,
 	"GET /v1/jobs/:id/history": RoleProducer,
+	// Audit retention (audit_archive.go).
+	"GET /v1/audit/archive":         RoleAdmin,
+	"POST /v1/audit/archive/remove": RoleAdmin,
 }
 
 // anyRole: any authenticated principal.

@@ -49,17 +49,22 @@ func (s *Server) backup(c echo.Context) error {
 // backupWriter sends the response headers with the first write and extends
 // the write deadline before every write.
 type backupWriter struct {
-	res     *echo.Response
-	rc      *http.ResponseController
-	name    string
-	started bool
+	res         *echo.Response
+	rc          *http.ResponseController
+	name        string
+	contentType string // default application/octet-stream
+	started     bool
 }
 
 func (w *backupWriter) Write(p []byte) (int, error) {
 	if !w.started {
 		w.started = true
 		h := w.res.Header()
-		h.Set(echo.HeaderContentType, echo.MIMEOctetStream)
+		ct := w.contentType
+		if ct == "" {
+			ct = echo.MIMEOctetStream
+		}
+		h.Set(echo.HeaderContentType, ct)
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+w.name+`"`)
 		h.Set("Cache-Control", "no-store")
 		w.res.WriteHeader(http.StatusOK)

@@ -613,6 +613,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
 	c.do(get("/v1/audit/verify", admin), http.StatusOK)
+	// This server keeps every audit record (no AuditRetention): both
+	// archive calls are refused (TestAuditArchive has the rest).
+	c.do(get("/v1/audit/archive", admin), http.StatusConflict)
+	c.do(post("/v1/audit/archive/remove", admin, `{"through_seq":1,"through_hash":"`+strings.Repeat("0", 64)+`"}`), http.StatusConflict)
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history?limit=2", failing.ID), producer), http.StatusOK) // with next
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history", id), producer), http.StatusOK)
 	st := c.do(get("/v1/status", admin), http.StatusOK)

@@ -33,6 +33,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
+	VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error)
+	RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error)
 
 	// Named leases and token checks (leases.go).
 	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)
@@ -77,9 +79,15 @@ type Config struct {
 	// Now is the clock of the status page (throughput buckets, zombie
 	// times). Default time.Now.
 	Now func() time.Time
-	// AuditVerifyInterval is how often, at most, the status page walks the
-	// whole audit chain again (status.go). Default 30s.
+	// AuditVerifyInterval is how often, at most, the status page verifies
+	// the audit records appended since its last check (status.go).
+	// Default 30s.
 	AuditVerifyInterval time.Duration
+	// AuditRetention is how old an audit record must be before GET
+	// /v1/audit/archive hands it out and POST /v1/audit/archive/remove
+	// removes it (audit_archive.go). 0, the default, keeps every record
+	// for ever: both endpoints refuse.
+	AuditRetention time.Duration
 }
 
 // Server is the HTTP API.
@@ -149,6 +157,8 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/stats", s.stats)
 	v1.GET("/audit", s.listAudit)
 	v1.GET("/audit/verify", s.verifyAudit)
+	v1.GET("/audit/archive", s.archiveAudit) // audit_archive.go
+	v1.POST("/audit/archive/remove", s.removeArchivedAudit)
 	v1.GET("/backup", s.backup)
 
 	// Named leases and token checks (leases.go). Lease names may contain

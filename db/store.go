@@ -74,12 +74,27 @@ type Store interface {
 	ListAudit(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
 	// ListAuditBySubject pages backwards through one subject's records.
 	ListAuditBySubject(ctx context.Context, req AuditSubjectRequest) (AuditPage, error)
-	// AuditHead returns the newest link.
+	// RemoveAudit removes up to req.Limit of the oldest stored audit
+	// records, through req.Through at most, with their subject index
+	// entries, in one transaction that also moves the checkpoint to the
+	// last one removed and appends an "archive" record. It returns the
+	// checkpoint after the call; a Through at or below the checkpoint
+	// removes nothing (a repeated call). Refusals: CodeInvalid when
+	// Through is past the head; CodeConflict when Through.Hash is not the
+	// stored record's or a record to remove is not older than req.Before.
+	RemoveAudit(ctx context.Context, req RemoveAuditRequest) (AuditCheckpoint, error)
+	// AuditHead returns the newest link and the checkpoint.
 	AuditHead(ctx context.Context) (AuditHead, error)
 	// AuditCounts returns the counters kept with the log.
 	AuditCounts(ctx context.Context) (AuditCounts, error)
-	// VerifyAudit walks the whole chain (see ChainVerifier).
+	// VerifyAudit walks the whole stored chain, from the checkpoint (see
+	// ChainVerifier).
 	VerifyAudit(ctx context.Context) (AuditReport, error)
+	// VerifyAuditFrom walks at most req.Limit records after req.From in one
+	// read transaction and reports how far the chain verifies
+	// (ReportSoFar): one step of an incremental verification, which never
+	// walks again what was verified before.
+	VerifyAuditFrom(ctx context.Context, req AuditVerifyRequest) (AuditReport, error)
 
 	// SweepOnce deletes up to limit jobs finished at or before now minus
 	// retention, in one transaction.

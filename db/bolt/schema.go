@@ -16,15 +16,21 @@ import (
 //	   audit_counts and filled them at every open.
 //	2  those three are always present and filled: the upgrade from 1
 //	   builds them, once.
+//	3  meta audit_checkpoint, left by the removal of archived audit
+//	   records (RemoveAudit), from which the stored chain verifies. It is
+//	   absent until the first removal, so the upgrade from 2 writes nothing
+//	   but the version: a build of version 2 would verify such a chain
+//	   from record 1 and call it broken.
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
 var upgrades = map[uint64]func(tx *bbolt.Tx) error{
 	1: buildNewIndexes,
+	2: func(*bbolt.Tx) error { return nil },
 }
 
 // openSchema reads the file's schema version and applies db.CheckSchema:

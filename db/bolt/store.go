@@ -406,6 +406,7 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		finish(fmt.Errorf("db: begin: %w", err))
 		return
 	}
+	setFill(tx)
 	w := &writer{reader: reader{tx}}
 	for _, op := range batch {
 		now := s.opts.Now()

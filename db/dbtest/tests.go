@@ -4,6 +4,8 @@ package dbtest
 var tests = []test{
 	// audit.go
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
+	{"AnIncrementalVerificationWalksOnlyWhatWasAppended", testAnIncrementalVerificationWalksOnlyWhatWasAppended},
+	{"ArchivedAuditRecordsAreRemovedLeavingACheckpoint", testArchivedAuditRecordsAreRemovedLeavingACheckpoint},
 	// claim.go
 	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
 	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api/client"
+	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 )
 
@@ -50,6 +51,8 @@ func Run(ctx context.Context, cmd string, args []string, e Env) error {
 		sub := "verify"
 		if cmd == "token" {
 			sub = "new"
+		} else if len(args) > 0 && args[0] == "archive" {
+			sub = "archive" // archive.go
 		}
 		if len(args) == 0 || args[0] != sub {
 			return UsageError{fmt.Sprintf("usage: fenceq %s %s …; see \"fenceq %s %s --help\"", cmd, sub, cmd, sub)}
@@ -89,6 +92,7 @@ var commands = map[string]command{
 	"lease check":   leaseCheckCmd,
 	"lease show":    leaseShowCmd,
 	"audit verify":  auditVerifyCmd,
+	"audit archive": auditArchiveCmd,
 	"backup":        backupCmd,
 	"worker": commandFunc(func(ctx context.Context, e Env, args []string) error {
 		return workerCommand(ctx, args, e.Stderr)
@@ -645,10 +649,10 @@ var leaseShowCmd = call[any]{
 var auditVerifyCmd = call[auditResult]{
 	name: "audit verify", synopsis: "fenceq audit verify [--db FILE | --server URL] [--json]", jsonHelp: "print the report as JSON",
 	about: "Walk the audit chain and report the first record that does not verify (exit 1 when the chain is broken).\n" +
-		"With --db (or neither flag) the file is read offline; with --server (or FENCEQ_SERVER) and no --db,\n" +
-		"the running server walks it (admin role).",
+		"With --db (or neither flag) the file is read offline: a database, or an archive file written by\n" +
+		"\"fenceq audit archive\"; with --server (or FENCEQ_SERVER) and no --db, the running server walks it (admin role).",
 	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[auditResult], error) {
-		path := fs.String("db", "./fenceq.db", "verify this bbolt file offline (read-only; a copy while a server holds it)")
+		path := fs.String("db", "./fenceq.db", "verify this bbolt file, or an archive of \"fenceq audit archive\", offline (read-only; a copy while a server holds it)")
 		return func([]string) (callFunc[auditResult], error) {
 			dbGiven, serverGiven := false, false
 			fs.Visit(func(f *flag.Flag) {
@@ -656,19 +660,35 @@ var auditVerifyCmd = call[auditResult]{
 				serverGiven = serverGiven || f.Name == "server"
 			})
 			return func(ctx context.Context, c *client.Client) (auditResult, error) {
+				if (dbGiven || !serverGiven) && isArchiveFile(*path) { // archive.go
+					rep, err := verifyArchiveFile(*path)
+					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
+						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
+						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path, archive: &rep.Header}, err
+				}
 				if dbGiven || !serverGiven {
 					rep, err := verifyFileAudit(ctx, *path, e.Stderr)
-					return auditResult{client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
-						HeadHash: rep.HeadHash, FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *path}, err
+					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
+						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
+						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path}, err
 				}
 				rep, err := c.VerifyAudit(ctx)
-				return auditResult{rep, "the server at " + c.BaseURL()}, err
+				return auditResult{AuditReport: rep, of: "the server at " + c.BaseURL()}, err
 			}, nil
 		}
 	},
 	jsonOf: func(r auditResult) any { return r.AuditReport },
 	show: func(e Env, r auditResult) error {
-		if r.OK {
+		switch {
+		case r.OK && r.archive != nil:
+			_, err := fmt.Fprintf(e.Stdout, "ok: archive of %d records, %d-%d (after %d), all older than %s, end %s\n",
+				r.Records, r.StartSeq+1, r.HeadSeq, r.StartSeq, r.archive.Before.Format(time.RFC3339), r.HeadHash)
+			return err
+		case r.OK && r.StartSeq > 0:
+			_, err := fmt.Fprintf(e.Stdout, "ok: %d records after the checkpoint %d (older records were archived), head %d %s\n",
+				r.Records, r.StartSeq, r.HeadSeq, r.HeadHash)
+			return err
+		case r.OK:
 			_, err := fmt.Fprintf(e.Stdout, "ok: %d records, head %d %s\n", r.Records, r.HeadSeq, r.HeadHash)
 			return err
 		}
@@ -686,7 +706,8 @@ var auditVerifyCmd = call[auditResult]{
 // auditResult is a chain verification and what was verified.
 type auditResult struct {
 	client.AuditReport
-	of string
+	of      string
+	archive *db.ArchiveHeader // the header, when an archive file was verified
 }
 
 // backupResult is what "fenceq backup --json" prints.

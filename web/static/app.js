@@ -385,7 +385,10 @@
     let verdict;
     if (!v) verdict = el('span', {class: 'muted', text: 'Not checked yet.'});
     else if (v.ok) verdict = el('span', {}, el('span', {class: 'ok', text: '✓ Verifies'}),
-      ` through record ${v.head_seq} (all ${v.records} records walked `, timeEl(v.checked_at), ')');
+      ` through record ${v.verified_seq}`,
+      v.start_seq ? ` from the checkpoint at record ${v.start_seq} (older records were archived)` : '',
+      v.catching_up || v.verified_seq < v.head_seq ? ', checking the newer records' : '',
+      ' (checked ', timeEl(v.checked_at), '; each check walks only the records added since the last)');
     else verdict = el('span', {}, el('span', {class: 'bad', text: `✗ Broken at record ${v.first_broken}`}), `: ${v.reason} (checked `, timeEl(v.checked_at), ')');
     $('#audit').replaceChildren(
       el('dt', {text: 'Head'}), el('dd', {}, a.head_seq ? `record ${a.head_seq}` : 'empty log'),
@@ -415,6 +418,7 @@
     const id = document.body.dataset.job;
     const history = new Map(); // seq → record
     let olderCursor = null;    // the "before" for older records, once a page was loaded
+    let archived = null;       // the checkpoint, when the last page says older records were archived
     let who = null;
 
     function drawJob(j) {
@@ -464,6 +468,12 @@
         td({class: 'mono small'}, Object.entries(r.details || {}).map(([k, v]) => el('span', {class: 'sub', text: `${k}: ${v}`})))),
       'No audit records for this job.');
       $('#history-more').hidden = !olderCursor;
+      const note = $('#history-archived');
+      note.hidden = !archived;
+      if (archived) {
+        note.replaceChildren(`Audit records up to #${archived.seq} (the newest of them from `, timeEl(archived.time),
+          ') were archived ', timeEl(archived.archived_at), ': older history is in the archive files, not here.');
+      }
     }
 
     $('#history-more').addEventListener('click', async () => {
@@ -472,6 +482,7 @@
         const page = await api('GET', `/v1/jobs/${id}/history?limit=100&before=${olderCursor}`);
         page.records.forEach((r) => history.set(r.seq, r));
         olderCursor = page.next || null;
+        if (!olderCursor) archived = page.archived || null;
         drawHistory();
       } catch (e) { notify(`Could not load older records: ${e.message}`, true); }
     });
@@ -485,6 +496,7 @@
       const page = await api('GET', `/v1/jobs/${id}/history?limit=100`);
       page.records.forEach((r) => history.set(r.seq, r));
       if (olderCursor === null && page.next) olderCursor = page.next;
+      if (!page.next) archived = page.archived || null;
       drawJob(job);
       drawHistory();
     });
