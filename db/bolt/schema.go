@@ -16,15 +16,20 @@ import (
 //	   audit_counts and filled them at every open.
 //	2  those three are always present and filled: the upgrade from 1
 //	   builds them, once.
+//	3  queue_paused, the paused queues (pause.go). A build of version 2
+//	   would ignore it and hand out the jobs of a paused queue, so it must
+//	   refuse the file instead. The upgrade from 2 writes nothing but the
+//	   version (the bucket starts empty: nothing is paused).
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 2
+const schemaVersion = 3
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
 var upgrades = map[uint64]func(tx *bbolt.Tx) error{
 	1: buildNewIndexes,
+	2: addPausedQueues,
 }
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
@@ -79,6 +84,10 @@ func buildNewIndexes(tx *bbolt.Tx) error {
 	}
 	return buildAuditIndexes(tx)
 }
+
+// addPausedQueues is the upgrade from version 2 to 3: the queue_paused
+// bucket, which initFile has created empty already.
+func addPausedQueues(*bbolt.Tx) error { return nil }
 
 // buildDeadIndex adds every dead job to an empty idx_dead when the counts
 // say dead jobs exist: one scan of the jobs, once.

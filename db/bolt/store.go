@@ -411,3 +411,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return s.view(func(tx *bbolt.Tx) error { return nil })
 }
+
+// Reopen closes the store and opens its file again with the same options,
+// for tests of what outlives a restart (dbtest.Reopener).
+func (s *Store) Reopen() (db.Store, error) {
+	if err := s.Close(); err != nil {
+		return nil, err
+	}
+	return Open(s.path, s.opts)
+}
