@@ -158,3 +158,25 @@ func (s *Store) PausedQueues(ctx context.Context) ([]db.QueuePause, error) {
 	})
 	return out, err
 }
+
+// checkPauses verifies that every pause record decodes and is keyed by a
+// valid queue name, and that no more than db.MaxPausedQueues are paused.
+func checkPauses(tx *bbolt.Tx) error {
+	b := tx.Bucket(bucketPaused)
+	if b == nil {
+		return nil
+	}
+	n := 0
+	err := b.ForEach(func(k, v []byte) error {
+		n++
+		if err := db.ValidateQueue(string(k)); err != nil {
+			return fmt.Errorf("%w: pause of queue %q: %v", db.ErrCorrupt, k, err)
+		}
+		_, err := decodePause(string(k), v)
+		return err
+	})
+	if err == nil && n > db.MaxPausedQueues {
+		err = fmt.Errorf("db: %d queues are paused, more than %d", n, db.MaxPausedQueues)
+	}
+	return err
+}

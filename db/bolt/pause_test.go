@@ -9,9 +9,9 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-// A file of schema version 2 (before queue pauses) opens, is upgraded to
-// 3 with no queue paused, and keeps its jobs.
-func TestAFileOfSchemaVersion2IsUpgradedWithNoQueuePaused(t *testing.T) {
+// A file of the schema version before queue pauses opens, is upgraded to
+// the current one with no queue paused, and keeps its jobs.
+func TestAFileFromBeforeQueuePausesIsUpgradedWithNoQueuePaused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fenceq.db")
 	s := mustOpenStoreAt(t, path, Options{})
 	job := mustEnqueue(t, s, db.EnqueueRequest{Queue: "q"})
@@ -24,7 +24,7 @@ func TestAFileOfSchemaVersion2IsUpgradedWithNoQueuePaused(t *testing.T) {
 		if err := tx.DeleteBucket(bucketPaused); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(2))
+		return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(pausedQueuesSchema-1))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -32,16 +32,16 @@ func TestAFileOfSchemaVersion2IsUpgradedWithNoQueuePaused(t *testing.T) {
 
 	ro, err := Open(path, Options{ReadOnly: true})
 	if err != nil {
-		t.Fatalf("Open(read-only) of a version 2 file = %v", err)
+		t.Fatalf("Open(read-only) of a version %d file = %v", pausedQueuesSchema-1, err)
 	}
 	if ps, err := ro.PausedQueues(ctx); err != nil || len(ps) != 0 {
-		t.Errorf("PausedQueues() of a read-only version 2 file = %v, %v; want none", ps, err)
+		t.Errorf("PausedQueues() of a read-only version %d file = %v, %v; want none", pausedQueuesSchema-1, ps, err)
 	}
 	ro.Close()
 
 	s = mustOpenStoreAt(t, path, Options{})
-	if v := fileSchemaVersionOf(t, s); v != 3 {
-		t.Errorf("schema version after Open = %d, want 3", v)
+	if v := fileSchemaVersionOf(t, s); v != schemaVersion {
+		t.Errorf("schema version after Open = %d, want %d", v, schemaVersion)
 	}
 	if ps, err := s.PausedQueues(ctx); err != nil || len(ps) != 0 {
 		t.Errorf("PausedQueues() after the upgrade = %v, %v; want none", ps, err)
@@ -57,9 +57,9 @@ func TestAFileOfSchemaVersion2IsUpgradedWithNoQueuePaused(t *testing.T) {
 	}
 }
 
-// A file with a paused queue is of version 3, which a build that reads up
-// to version 2 refuses (db.CheckSchema) rather than ignore the pause.
-func TestAFileWithAPausedQueueIsRefusedByABuildOfVersion2(t *testing.T) {
+// A file with a paused queue is of a version that a build from before
+// queue pauses refuses (db.CheckSchema) rather than ignore the pause.
+func TestAFileWithAPausedQueueIsRefusedByABuildFromBeforePauses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fenceq.db")
 	s := mustOpenStoreAt(t, path, Options{})
 	if _, err := s.SetQueuePaused(ctx, db.PauseRequest{Principal: "ops", Queue: "q", Paused: true}); err != nil {
@@ -67,11 +67,11 @@ func TestAFileWithAPausedQueueIsRefusedByABuildOfVersion2(t *testing.T) {
 	}
 	s.Close()
 	have := fileSchemaVersion(t, path)
-	if have != 3 {
-		t.Fatalf("schema version of a file with a pause = %d, want 3", have)
+	if have != schemaVersion || have < pausedQueuesSchema {
+		t.Fatalf("schema version of a file with a pause = %d, want %d (at least %d)", have, schemaVersion, pausedQueuesSchema)
 	}
-	if _, err := db.CheckSchema(path, have, 2); !errors.Is(err, db.ErrSchemaNewer) {
-		t.Errorf("CheckSchema(%d, want 2) = %v, want ErrSchemaNewer", have, err)
+	if _, err := db.CheckSchema(path, have, pausedQueuesSchema-1); !errors.Is(err, db.ErrSchemaNewer) {
+		t.Errorf("CheckSchema(%d, want %d) = %v, want ErrSchemaNewer", have, pausedQueuesSchema-1, err)
 	}
 }
 

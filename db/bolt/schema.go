@@ -28,8 +28,8 @@ const schemaVersion = 3
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
 var upgrades = map[uint64]func(tx *bbolt.Tx) error{
-	1: buildNewIndexes,
-	2: addPausedQueues,
+	1:                      buildNewIndexes,
+	pausedQueuesSchema - 1: addPausedQueues,
 }
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
@@ -85,8 +85,11 @@ func buildNewIndexes(tx *bbolt.Tx) error {
 	return buildAuditIndexes(tx)
 }
 
-// addPausedQueues is the upgrade from version 2 to 3: the queue_paused
-// bucket, which initFile has created empty already.
+// pausedQueuesSchema is the schema version that added queue_paused.
+const pausedQueuesSchema = 3
+
+// addPausedQueues is the upgrade to pausedQueuesSchema: the queue_paused
+// bucket, which initFile has created empty already, so nothing is paused.
 func addPausedQueues(*bbolt.Tx) error { return nil }
 
 // buildDeadIndex adds every dead job to an empty idx_dead when the counts

@@ -174,6 +174,9 @@ func (s *Store) Check() error {
 		if first != nil {
 			return first
 		}
+		if err := checkPauses(tx); err != nil {
+			return err
+		}
 		return checkIndexes(tx)
 	})
 }
