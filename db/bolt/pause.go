@@ -106,7 +106,13 @@ func (op *pauseOp) decide(r reader, now time.Time) error {
 	}
 	paused := 0
 	if op.req.Paused && old == nil {
-		paused = r.tx.Bucket(bucketPaused).Stats().KeyN
+		// A cursor sees the pauses written earlier in this commit
+		// (Bucket.Stats reads committed pages only). At most
+		// MaxPausedQueues keys.
+		c := r.tx.Bucket(bucketPaused).Cursor()
+		for k, _ := c.First(); k != nil && paused < db.MaxPausedQueues; k, _ = c.Next() {
+			paused++
+		}
 	}
 	op.next, op.changed, op.ev, err = db.SetPause(old, paused, op.req, now)
 	return err
