@@ -378,27 +378,24 @@ func (s *Server) adminJob(c echo.Context, op func(ctx context.Context, req db.Jo
 	return c.JSON(http.StatusOK, toJobResponse(job))
 }
 
+// queueResponse is a queue's counts and, while it is paused, since when
+// and by whom (queues.go).
 type queueResponse struct {
-	Queue  string              `json:"queue"`
-	Counts map[db.State]uint64 `json:"counts"`
+	Queue    string              `json:"queue"`
+	Counts   map[db.State]uint64 `json:"counts"`
+	Paused   bool                `json:"paused"`
+	PausedAt *time.Time          `json:"paused_at,omitempty"`
+	PausedBy string              `json:"paused_by,omitempty"`
 }
 
 func (s *Server) queues(c echo.Context) error {
-	stats, err := s.store.Stats(c.Request().Context())
+	queues, err := s.queueList(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	out := struct {
+	return c.JSON(http.StatusOK, struct {
 		Queues []queueResponse `json:"queues"`
-	}{Queues: []queueResponse{}}
-	for _, q := range stats {
-		counts := map[db.State]uint64{}
-		for _, st := range db.States {
-			counts[st] = q.Counts[st]
-		}
-		out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
-	}
-	return c.JSON(http.StatusOK, out)
+	}{queues})
 }
 
 // observedStore is the Store the handlers use: every call goes to the real

@@ -603,6 +603,18 @@ func TestOpenAPIResponses(t *testing.T) {
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
 
+	// Queue pause and resume (admin): a pause, its repeat, the claim it
+	// leaves empty, a resume, a bad name; "held" stays paused for the
+	// read side below.
+	c.do(post("/v1/queues/flaky/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/flaky/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/claim", worker, `{"worker":"f1","queues":["flaky"]}`), http.StatusNoContent)
+	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/held/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/a%20b/pause", admin, nil), http.StatusBadRequest)
+	c.do(post("/v1/queues/held/resume", producer, nil), http.StatusForbidden)
+
 	// Read side: counts, stats (with the refusals above), audit, history,
 	// status for an admin and for principals that see less, whoami.
 	c.do(get("/v1/queues", producer), http.StatusOK)

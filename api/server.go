@@ -30,6 +30,8 @@ type Store interface {
 	GetJob(ctx context.Context, id uint64) (db.Job, error)
 	ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, error)
 	Stats(ctx context.Context) ([]db.QueueStats, error)
+	SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.PauseResult, error)
+	PausedQueues(ctx context.Context) ([]db.QueuePause, error)
 	Ping(ctx context.Context) error
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
@@ -154,6 +156,8 @@ func New(store Store, cfg Config) *Server {
 	v1.POST("/jobs/:id/fail", s.fail)
 	v1.POST("/claim", s.claim)
 	v1.GET("/queues", s.queues)
+	v1.POST("/queues/:queue/pause", s.pauseQueue) // queues.go
+	v1.POST("/queues/:queue/resume", s.resumeQueue)
 	v1.GET("/stats", s.stats)
 	v1.GET("/audit", s.listAudit)
 	v1.GET("/audit/verify", s.verifyAudit)

@@ -56,6 +56,18 @@ type Store interface {
 	// Stats counts jobs per queue and state.
 	Stats(ctx context.Context) ([]QueueStats, error)
 
+	// SetQueuePaused pauses or resumes a queue (see SetPause). A paused
+	// queue takes enqueues but gives no job to a claim: ClaimJobs, a
+	// claim over several queues and CompleteAndClaimJob's next claim skip
+	// it, and long-polls waiting on it keep waiting until it is resumed,
+	// when they are woken; its claimed jobs can still be heartbeaten,
+	// completed and failed. The pause is stored (it outlives the process)
+	// and audited. Asking for what already is changes nothing and answers
+	// Changed false. Refusals: CodeInvalid, CodeTooLarge (MaxPausedQueues).
+	SetQueuePaused(ctx context.Context, req PauseRequest) (PauseResult, error)
+	// PausedQueues lists the paused queues in name order.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
+
 	// AcquireLease gives the named lease to the caller with a new token, or
 	// CodeConflict while another holds it.
 	AcquireLease(ctx context.Context, req AcquireLeaseRequest) (Lease, error)

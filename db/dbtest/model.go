@@ -63,12 +63,13 @@ type queueModel struct {
 	now    time.Time
 	jobs   map[uint64]*mJob
 	nextID uint64
+	paused map[string]bool // paused queues: claims skip them
 }
 
 var modelQueueRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 func newQueueModel() *queueModel {
-	return &queueModel{now: modelStart, jobs: map[uint64]*mJob{}, nextID: 1}
+	return &queueModel{now: modelStart, jobs: map[uint64]*mJob{}, nextID: 1, paused: map[string]bool{}}
 }
 
 func (m *queueModel) sortedIDs() []uint64 {
@@ -235,6 +236,13 @@ func (m *queueModel) claim(req db.ClaimRequest) ([]*mJob, error) {
 		return nil, ErrInvalidArgument
 	}
 	n := max(req.Max, 1)
+	var running []string
+	for _, q := range queues {
+		if !m.paused[q] {
+			running = append(running, q)
+		}
+	}
+	queues = running
 	if !m.claimable(queues) {
 		return nil, nil
 	}
@@ -656,6 +664,27 @@ func (mm *modelMachine) Retry(t *rapid.T) {
 	}
 }
 
+func (mm *modelMachine) SetPaused(t *rapid.T) {
+	req := db.PauseRequest{Principal: "ops", Queue: rapid.SampledFrom([]string{"a", "a", "b", "b", "default", "bad queue!"}).Draw(t, "queue"),
+		Paused: rapid.Bool().Draw(t, "paused")}
+	got, err := mm.store.SetQueuePaused(mm.ctx, req)
+	if !modelQueueRE.MatchString(req.Queue) {
+		sameError(t, "SetQueuePaused", err, ErrInvalidArgument)
+		return
+	}
+	sameError(t, "SetQueuePaused", err, nil)
+	changed := mm.model.paused[req.Queue] != req.Paused
+	if got.Paused != req.Paused || got.Changed != changed || got.Queue != req.Queue {
+		t.Fatalf("SetQueuePaused(%+v) = %+v, want paused %v, changed %v", req, got, req.Paused, changed)
+	}
+	if req.Paused {
+		mm.model.paused[req.Queue] = true
+		modelTally.add("paused")
+	} else {
+		delete(mm.model.paused, req.Queue)
+	}
+}
+
 func (mm *modelMachine) AdvanceClock(t *rapid.T) {
 	d := genAdvance.Draw(t, "advance")
 	mm.clock.Advance(d)
@@ -694,6 +723,21 @@ func (mm *modelMachine) Check(t *rapid.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Stats() = %v, want %v", got, want)
 	}
+	pauses, err := mm.store.PausedQueues(mm.ctx)
+	if err != nil {
+		t.Fatalf("PausedQueues() error = %v", err)
+	}
+	var gotPaused, wantPaused []string
+	for _, p := range pauses {
+		gotPaused = append(gotPaused, p.Queue)
+	}
+	for q := range mm.model.paused {
+		wantPaused = append(wantPaused, q)
+	}
+	sort.Strings(wantPaused)
+	if fmt.Sprint(gotPaused) != fmt.Sprint(wantPaused) {
+		t.Fatalf("PausedQueues() = %v, want %v", gotPaused, wantPaused)
+	}
 	if c, ok := mm.store.(Checker); ok {
 		if err := c.Check(); err != nil {
 			t.Fatalf("Check() = %v", err)
@@ -714,6 +758,7 @@ func testModel_StoreFollowsTheRules(t *testing.T, newStore Factory) {
 			"Enqueue": {mm.Enqueue, 3}, "EnqueueBatch": {mm.EnqueueBatch, 1}, "Claim": {mm.Claim, 3},
 			"Heartbeat": {mm.Heartbeat, 2}, "Complete": {mm.Complete, 2}, "Fail": {mm.Fail, 2},
 			"Cancel": {mm.Cancel, 1}, "Retry": {mm.Retry, 1}, "AdvanceClock": {mm.AdvanceClock, 2},
+			"SetPaused": {mm.SetPaused, 1},
 		}
 		actions := map[string]func(*rapid.T){"": mm.Check}
 		for name, a := range weighted {

@@ -41,6 +41,12 @@ var tests = []test{
 	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},
 	// model.go
 	{"Model_StoreFollowsTheRules", testModel_StoreFollowsTheRules},
+	// pause.go
+	{"APausedQueueGivesNoClaimsUntilItIsResumed", testAPausedQueueGivesNoClaimsUntilItIsResumed},
+	{"TheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed", testTheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed},
+	{"ALongPollOnAPausedQueueWaitsForTheResume", testALongPollOnAPausedQueueWaitsForTheResume},
+	{"APauseOutlivesReopeningTheStore", testAPauseOutlivesReopeningTheStore},
+	{"PauseRefusalsChangeNothing", testPauseRefusalsChangeNothing},
 	// status.go
 	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
 	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},
