@@ -4,6 +4,12 @@ package dbtest
 var tests = []test{
 	// audit.go
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
+	// batch.go
+	{"CompleteJobsDecidesEachItemAsTheSingleCallWould", testCompleteJobsDecidesEachItemAsTheSingleCallWould},
+	{"HeartbeatAndFailJobsDecideEachItemAlone", testHeartbeatAndFailJobsDecideEachItemAlone},
+	{"AMalformedBatchIsRefusedWhole", testAMalformedBatchIsRefusedWhole},
+	{"CompleteJobsClaimsNextInTheSameCommit", testCompleteJobsClaimsNextInTheSameCommit},
+	{"ABatchRacingAReclaimHasOneWinnerPerJob", testABatchRacingAReclaimHasOneWinnerPerJob},
 	// claim.go
 	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
 	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},
