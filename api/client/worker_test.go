@@ -86,12 +86,22 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 // tokenOf decodes the fencing_token and worker of a recorded request body.
 func tokenOf(t *testing.T, s sent) (uint64, string) {
 	t.Helper()
+	// A single call's body, or a batch's of one job (these tests hold one).
 	var b struct {
 		Worker       string `json:"worker"`
 		FencingToken uint64 `json:"fencing_token"`
+		Jobs         []struct {
+			FencingToken uint64 `json:"fencing_token"`
+		} `json:"jobs"`
 	}
 	if err := json.Unmarshal([]byte(s.Body), &b); err != nil {
 		t.Fatalf("%s %s: body %q: %v", s.Method, s.Path, s.Body, err)
+	}
+	if len(b.Jobs) == 1 {
+		return b.Jobs[0].FencingToken, b.Worker
+	}
+	if len(b.Jobs) > 1 {
+		t.Fatalf("%s %s: body %q carries %d jobs, want one", s.Method, s.Path, s.Body, len(b.Jobs))
 	}
 	return b.FencingToken, b.Worker
 }
