@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -177,20 +178,28 @@ func (w *Worker) loop(claimCtx context.Context) {
 			stopCh, retryAt = nil, nil
 		case o := <-outcomes:
 			busy--
-			if o.h.lost != nil {
-				o.h.log.Warn("claim lost; the job is not completed by this worker", "err", o.h.lost)
-				delete(holding, o.h.job.ID)
-				o.h.cancel(nil)
-				w.report(Done{Job: o.h.job, Outcome: OutcomeLost, Err: o.h.lost})
+			if w.droppedLost(o, holding) {
 				continue
 			}
 			pending = append(pending, o)
+			if !finishing {
+				// Handlers started together (one claim's jobs) tend to end
+				// together: let those that are about to report do so, so
+				// that the call that goes out at once carries them too.
+				pending = w.gatherOutcomes(outcomes, pending, &busy, holding)
+			}
 		case r := <-finishes:
 			finishing = false
 			asked -= r.asked
 			start(r.next)
 			for _, id := range r.finished {
 				delete(holding, id)
+			}
+			if len(pending) > 0 {
+				// The jobs just claimed join the waiting outcomes if they
+				// end at once (short jobs), so that the worker's calls do
+				// not split into two cohorts taking turns.
+				pending = w.gatherOutcomes(outcomes, pending, &busy, holding)
 			}
 		case <-tick.C:
 			if beating || len(holding) == 0 {
@@ -219,6 +228,49 @@ func (w *Worker) loop(claimCtx context.Context) {
 			}
 		}
 	}
+}
+
+// droppedLost ends a job whose claim a heartbeat found lost: its handler's
+// answer is not sent.
+func (w *Worker) droppedLost(o outcome, holding map[uint64]*held) bool {
+	if o.h.lost == nil {
+		return false
+	}
+	o.h.log.Warn("claim lost; the job is not completed by this worker", "err", o.h.lost)
+	delete(holding, o.h.job.ID)
+	o.h.cancel(nil)
+	w.report(Done{Job: o.h.job, Outcome: OutcomeLost, Err: o.h.lost})
+	return true
+}
+
+// gatherOutcomes yields to the handlers that are about to report and adds
+// their outcomes to pending, for as long as yielding brings more (at most
+// a few rounds: microseconds, not a timer).
+func (w *Worker) gatherOutcomes(outcomes <-chan outcome, pending []outcome, busy *int, holding map[uint64]*held) []outcome {
+	for range 8 {
+		runtime.Gosched()
+		n := len(pending)
+		if pending = w.drainOutcomes(outcomes, pending, busy, holding); len(pending) == n {
+			break
+		}
+	}
+	return pending
+}
+
+// drainOutcomes adds every outcome already waiting to pending.
+func (w *Worker) drainOutcomes(outcomes <-chan outcome, pending []outcome, busy *int, holding map[uint64]*held) []outcome {
+	for *busy > 0 {
+		select {
+		case o := <-outcomes:
+			*busy--
+			if !w.droppedLost(o, holding) {
+				pending = append(pending, o)
+			}
+		default:
+			return pending
+		}
+	}
+	return pending
 }
 
 // call runs the handler, turning a panic into an error.
