@@ -98,6 +98,11 @@ func (b enqueueBody) request(principal string) (db.EnqueueRequest, error) {
 		if err != nil {
 			return req, invalidArgument("run_at %q is not an RFC 3339 time", b.RunAt)
 		}
+		if t.Year() < 1970 {
+			// Refused here, not in the store: year 1 is the zero time,
+			// which the store reads as "run_at not given".
+			return req, invalidArgument("run_at %q is before 1970", b.RunAt)
+		}
 		req.RunAt = t
 	}
 	d, err := msDuration("delay_ms", b.DelayMs)
@@ -116,7 +121,7 @@ func (s *Server) enqueue(c echo.Context) error {
 	batch := bytes.HasPrefix(bytes.TrimSpace(body), []byte("["))
 	var bodies []enqueueBody
 	if batch {
-		err = decodeJSON(body, &bodies, false)
+		bodies, err = decodeJSONList[enqueueBody](body, db.MaxEnqueueBatch, "jobs")
 		if err == nil && len(bodies) == 0 {
 			err = invalidArgument("the list of jobs is empty")
 		}
@@ -394,4 +399,109 @@ func (s *Server) queues(c echo.Context) error {
 		out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// observedStore is the Store the handlers use: every call goes to the real
+// store, and the outcomes of claims and fenced calls go to the observer.
+type observedStore struct {
+	Store
+	obs *observer
+}
+
+func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	jobs, err := o.Store.ClaimJobs(ctx, req)
+	if err == nil {
+		o.obs.claimed(len(jobs))
+	}
+	return jobs, err
+}
+
+func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
+	job, err := o.Store.HeartbeatJob(ctx, req)
+	if err != nil {
+		o.refused("heartbeat", req.Fenced, err)
+	}
+	return job, err
+}
+
+func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
+	job, err := o.Store.CompleteJob(ctx, req)
+	if err != nil {
+		o.refused("complete", req.Fenced, err)
+	} else {
+		o.obs.completed()
+	}
+	return job, err
+}
+
+func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
+	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
+	if err != nil {
+		o.refused("complete", req.Fenced, err)
+	} else {
+		o.obs.completed()
+		o.obs.claimed(len(jobs))
+	}
+	return job, jobs, err
+}
+
+func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
+	job, err := o.Store.FailJob(ctx, req)
+	if err != nil {
+		o.refused("fail", req.Fenced, err)
+	} else {
+		o.obs.failed(job.State)
+	}
+	return job, err
+}
+
+func (o observedStore) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.HeartbeatJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("heartbeat", reqs[i].Fenced, r.Err)
+		}
+	}
+	return res, err
+}
+
+func (o observedStore) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error) {
+	res, err := o.Store.CompleteJobs(ctx, req)
+	for i, r := range res.Items {
+		if r.Err != nil {
+			o.refused("complete", req.Items[i].Fenced, r.Err)
+		} else {
+			o.obs.completed()
+		}
+	}
+	if err == nil {
+		o.obs.claimed(len(res.Next))
+	}
+	return res, err
+}
+
+func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.FailJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("fail", reqs[i].Fenced, r.Err)
+		} else {
+			o.obs.failed(r.Job.State)
+		}
+	}
+	return res, err
+}
+
+// refused records a fenced call refused with not_found or
+// failed_precondition — the codes a lost claim produces — with the job's
+// attempts as they are after the refusal. Other errors (bad input, a
+// closed store, a client that went away) are not zombies.
+func (o observedStore) refused(op string, f db.Fenced, err error) {
+	apiErr, _ := toAPIError(err)
+	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
+		return
+	}
+	// The job's state is read when the status is served (withJobNow).
+	o.obs.refused(zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
+		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message})
 }

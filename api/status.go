@@ -35,7 +35,7 @@ const (
 // observer records what the API did: claims, completions and failures that
 // committed (for the throughput chart and the counters in /metrics) and
 // fenced calls that were refused (the zombies). It sees the calls through
-// observedStore, so the handlers need not know about it.
+// observedStore (jobs.go), so the handlers need not know about it.
 type observer struct {
 	now func() time.Time
 
@@ -135,13 +135,42 @@ type zombie struct {
 	Operation string    `json:"operation"`
 	// TokenSent is the fencing token the call carried (0: none given).
 	TokenSent uint64 `json:"token_sent"`
-	// TokenCurrent is the job's attempts, read after the refusal: the
-	// token of its current (or last) claim. 0 when the job is gone.
+	// TokenCurrent, JobState and HeldBy are the job as it is now, read
+	// when the status is served (withJobNow), not when the call was
+	// refused: a job completed since reads "completed", not "claimed by"
+	// the claim that refused the call. TokenCurrent is the job's attempts,
+	// the token of its current (or last) claim; all three are empty when
+	// the job is gone.
 	TokenCurrent uint64 `json:"token_current"`
 	JobState     string `json:"job_state,omitempty"`
 	HeldBy       string `json:"held_by,omitempty"`
 	Code         string `json:"code"`
 	Message      string `json:"message"`
+}
+
+// withJobNow fills the current state of each zombie's job (one read per
+// job); a job that is gone leaves the fields empty.
+func (s *Server) withJobNow(ctx context.Context, zs []zombie) ([]zombie, error) {
+	jobs := map[uint64]*db.Job{}
+	for i := range zs {
+		z := &zs[i]
+		job, seen := jobs[z.Job]
+		if !seen {
+			j, err := s.store.GetJob(ctx, z.Job)
+			switch {
+			case err == nil:
+				job = &j
+			case db.ErrorCode(err) != db.CodeNotFound:
+				return nil, err
+			}
+			jobs[z.Job] = job
+		}
+		z.TokenCurrent, z.JobState, z.HeldBy = 0, "", ""
+		if job != nil {
+			z.TokenCurrent, z.JobState, z.HeldBy = job.Attempts, string(job.State), job.ClaimedBy
+		}
+	}
+	return zs, nil
 }
 
 func (o *observer) refused(z zombie) {
@@ -183,114 +212,6 @@ func (o *observer) counts() observedCounts {
 		c.refusals[k] = v
 	}
 	return c
-}
-
-// observedStore is the Store the handlers use: every call goes to the real
-// store, and the outcomes of claims and fenced calls go to the observer.
-type observedStore struct {
-	Store
-	obs *observer
-}
-
-func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	jobs, err := o.Store.ClaimJobs(ctx, req)
-	if err == nil {
-		o.obs.claimed(len(jobs))
-	}
-	return jobs, err
-}
-
-func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
-	job, err := o.Store.HeartbeatJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "heartbeat", req.Fenced, err)
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
-	job, err := o.Store.CompleteJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
-	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
-	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-		o.obs.claimed(len(jobs))
-	}
-	return job, jobs, err
-}
-
-func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
-	job, err := o.Store.FailJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "fail", req.Fenced, err)
-	} else {
-		o.obs.failed(job.State)
-	}
-	return job, err
-}
-
-func (o observedStore) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
-	res, err := o.Store.HeartbeatJobs(ctx, reqs)
-	for i, r := range res {
-		if r.Err != nil {
-			o.refused(ctx, "heartbeat", reqs[i].Fenced, r.Err)
-		}
-	}
-	return res, err
-}
-
-func (o observedStore) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error) {
-	res, err := o.Store.CompleteJobs(ctx, req)
-	for i, r := range res.Items {
-		if r.Err != nil {
-			o.refused(ctx, "complete", req.Items[i].Fenced, r.Err)
-		} else {
-			o.obs.completed()
-		}
-	}
-	if err == nil {
-		o.obs.claimed(len(res.Next))
-	}
-	return res, err
-}
-
-func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error) {
-	res, err := o.Store.FailJobs(ctx, reqs)
-	for i, r := range res {
-		if r.Err != nil {
-			o.refused(ctx, "fail", reqs[i].Fenced, r.Err)
-		} else {
-			o.obs.failed(r.Job.State)
-		}
-	}
-	return res, err
-}
-
-// refused records a fenced call refused with not_found or
-// failed_precondition — the codes a lost claim produces — with the job's
-// attempts as they are after the refusal. Other errors (bad input, a
-// closed store, a client that went away) are not zombies.
-func (o observedStore) refused(ctx context.Context, op string, f db.Fenced, err error) {
-	apiErr, _ := toAPIError(err)
-	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
-		return
-	}
-	z := zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
-		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message}
-	if job, err := o.Store.GetJob(context.WithoutCancel(ctx), f.ID); err == nil {
-		z.TokenCurrent, z.JobState, z.HeldBy = job.Attempts, string(job.State), job.ClaimedBy
-	}
-	o.obs.refused(z)
 }
 
 // caller is the principal of the request with its roles: every role when
@@ -437,7 +358,9 @@ func (s *Server) status(c echo.Context) error {
 			}
 			*l.dst = &jobListResponse{Jobs: toJobsResponse(jobs).Jobs, Total: totals[l.state]}
 		}
-		out.Zombies = s.obs.recentZombies(limit)
+		if out.Zombies, err = s.withJobNow(ctx, s.obs.recentZombies(limit)); err != nil {
+			return err
+		}
 	}
 	if out.Can.Leases {
 		page, err := s.store.ListLeases(ctx, db.ListLeasesRequest{Limit: limit})

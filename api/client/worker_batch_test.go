@@ -13,7 +13,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/db"
 )
 
 // batchSent is the shape of a recorded claim or batch body.
@@ -41,7 +41,7 @@ func decodeSent(t *testing.T, s sent) batchSent {
 // every job it holds in one call per interval, and a refused item cancels
 // only that job's handler.
 func TestWorker_OneClaimForTheFreeHandlersOneHeartbeatForAllAndARefusedItemCancelsOnlyItsJob(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	const n = 4
@@ -124,7 +124,7 @@ func TestWorker_OneClaimForTheFreeHandlersOneHeartbeatForAllAndARefusedItemCance
 // that lost reply claimed stay claimed only until their lease runs out,
 // and there are no more of them than the batch's claim_next.max.
 func TestWorker_ALostBatchReplyIsResentWithoutClaimingAndLeavesAtMostItsMaxClaimed(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	const n, conc = 24, 4

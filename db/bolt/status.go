@@ -18,8 +18,13 @@ func (s *Store) ListJobsInState(ctx context.Context, req db.StateListRequest) ([
 	if err := db.ValidateStateList(&req); err != nil {
 		return nil, err
 	}
-	list := map[db.State]func(*bbolt.Tx, db.StateListRequest) ([]db.Job, error){
-		db.StateClaimed: listClaimed, db.StateScheduled: listScheduled, db.StateDead: listDead}[req.State]
+	list := listDead
+	switch req.State {
+	case db.StateClaimed:
+		list = listClaimed
+	case db.StateScheduled:
+		list = listScheduled
+	}
 	var out []db.Job
 	err := s.view(func(tx *bbolt.Tx) error {
 		var err error
@@ -163,43 +168,4 @@ func (s *Store) FileStats() (FileStats, error) {
 	}
 	fs.SizeBytes = fi.Size()
 	return fs, nil
-}
-
-// buildNewIndexes fills index buckets that a file made by an earlier build
-// does not have yet (Open creates them empty): the dead-jobs index, the
-// audit subject index and the audit counters. On a file that has them it
-// costs a few lookups.
-func buildNewIndexes(tx *bbolt.Tx) error {
-	if err := buildDeadIndex(tx); err != nil {
-		return err
-	}
-	return buildAuditIndexes(tx)
-}
-
-// buildDeadIndex adds every dead job to an empty idx_dead when the counts
-// say dead jobs exist: one scan of the jobs, once.
-func buildDeadIndex(tx *bbolt.Tx) error {
-	dead := tx.Bucket(bucketDead)
-	if !isEmptyBucket(dead) {
-		return nil
-	}
-	suffix := append([]byte{0}, db.StateDead...)
-	found := false
-	err := tx.Bucket(bucketCounts).ForEach(func(k, _ []byte) error {
-		found = found || bytes.HasSuffix(k, suffix)
-		return nil
-	})
-	if err != nil || !found {
-		return err
-	}
-	return tx.Bucket(bucketJobs).ForEach(func(_, v []byte) error {
-		rec, err := decodeJob(v)
-		if err != nil {
-			return err
-		}
-		if rec.State != db.StateDead {
-			return nil
-		}
-		return dead.Put(deadKey(rec), nil)
-	})
 }
