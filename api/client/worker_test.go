@@ -497,9 +497,21 @@ func TestWorker_ConcurrentHandlersCompleteEveryJobOnce(t *testing.T) {
 	if most < 2 || most > 4 {
 		t.Errorf("at most %d handlers ran at once, want between 2 and 4", most)
 	}
-	// Completions claimed the next job in the same transaction.
+	// Completions claimed the next jobs in the same transaction, and went
+	// out in batches (no single-job completion at all).
 	claims := len(r.rt.matching("/v1/claim"))
 	if claims >= n {
 		t.Errorf("%d claim requests for %d jobs; completions should have claimed most next jobs", claims, n)
+	}
+	completes := r.rt.matching("/v1/jobs/complete")
+	items := 0
+	for _, s := range completes {
+		items += len(decodeSent(t, s).Jobs)
+	}
+	if items != n || len(completes) > n {
+		t.Errorf("%d completion calls carried %d jobs, want %d jobs in at most %d calls", len(completes), items, n, n)
+	}
+	if single := len(r.rt.matching("/complete")) - len(completes); single != 0 {
+		t.Errorf("%d single-job completions, want none", single)
 	}
 }
