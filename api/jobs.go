@@ -452,6 +452,43 @@ func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job,
 	return job, err
 }
 
+func (o observedStore) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.HeartbeatJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("heartbeat", reqs[i].Fenced, r.Err)
+		}
+	}
+	return res, err
+}
+
+func (o observedStore) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error) {
+	res, err := o.Store.CompleteJobs(ctx, req)
+	for i, r := range res.Items {
+		if r.Err != nil {
+			o.refused("complete", req.Items[i].Fenced, r.Err)
+		} else {
+			o.obs.completed()
+		}
+	}
+	if err == nil {
+		o.obs.claimed(len(res.Next))
+	}
+	return res, err
+}
+
+func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.FailJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("fail", reqs[i].Fenced, r.Err)
+		} else {
+			o.obs.failed(r.Job.State)
+		}
+	}
+	return res, err
+}
+
 // refused records a fenced call refused with not_found or
 // failed_precondition — the codes a lost claim produces — with the job's
 // attempts as they are after the refusal. Other errors (bad input, a

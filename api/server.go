@@ -25,6 +25,9 @@ type Store interface {
 	CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error)
 	CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error)
 	FailJob(ctx context.Context, req db.FailRequest) (db.Job, error)
+	HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error)
+	CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error)
+	FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error)
 	CancelJob(ctx context.Context, req db.JobRequest) (db.Job, error)
 	RetryJob(ctx context.Context, req db.JobRequest) (db.Job, error)
 	GetJob(ctx context.Context, id uint64) (db.Job, error)
@@ -154,6 +157,9 @@ func New(store Store, cfg Config) *Server {
 	v1.POST("/jobs/:id/heartbeat", s.heartbeat)
 	v1.POST("/jobs/:id/complete", s.complete)
 	v1.POST("/jobs/:id/fail", s.fail)
+	v1.POST("/jobs/heartbeat", s.heartbeatBatch) // batch.go
+	v1.POST("/jobs/complete", s.completeBatch)
+	v1.POST("/jobs/fail", s.failBatch)
 	v1.POST("/claim", s.claim)
 	v1.GET("/queues", s.queues)
 	v1.POST("/queues/:queue/pause", s.pauseQueue) // queues.go

@@ -39,6 +39,16 @@ type Store interface {
 	// FailJob records a failed attempt: retried after a delay, or dead. A
 	// caller that does not hold the current claim gets CodeNotFound.
 	FailJob(ctx context.Context, req FailRequest) (Job, error)
+	// HeartbeatJobs extends several leases in one transaction, each item
+	// decided as HeartbeatJob would (see ValidateBatch for a malformed
+	// batch, the only error besides faults).
+	HeartbeatJobs(ctx context.Context, reqs []HeartbeatRequest) ([]ItemResult, error)
+	// CompleteJobs completes several claims in one transaction, each item
+	// decided as CompleteJob would, and claims req.Next in it.
+	CompleteJobs(ctx context.Context, req CompleteBatchRequest) (CompleteBatchResult, error)
+	// FailJobs records several failed attempts in one transaction, each
+	// item decided as FailJob would.
+	FailJobs(ctx context.Context, reqs []FailRequest) ([]ItemResult, error)
 	// CancelJob cancels an unfinished or dead job (CodeConflict otherwise).
 	CancelJob(ctx context.Context, req JobRequest) (Job, error)
 	// RetryJob makes a dead or cancelled job available (CodeConflict otherwise).

@@ -6,6 +6,12 @@ var tests = []test{
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
 	{"AnIncrementalVerificationWalksOnlyWhatWasAppended", testAnIncrementalVerificationWalksOnlyWhatWasAppended},
 	{"ArchivedAuditRecordsAreRemovedLeavingACheckpoint", testArchivedAuditRecordsAreRemovedLeavingACheckpoint},
+	// batch.go
+	{"CompleteJobsDecidesEachItemAsTheSingleCallWould", testCompleteJobsDecidesEachItemAsTheSingleCallWould},
+	{"HeartbeatAndFailJobsDecideEachItemAlone", testHeartbeatAndFailJobsDecideEachItemAlone},
+	{"AMalformedBatchIsRefusedWhole", testAMalformedBatchIsRefusedWhole},
+	{"CompleteJobsClaimsNextInTheSameCommit", testCompleteJobsClaimsNextInTheSameCommit},
+	{"ABatchRacingAReclaimHasOneWinnerPerJob", testABatchRacingAReclaimHasOneWinnerPerJob},
 	// claim.go
 	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
 	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},
