@@ -58,6 +58,9 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease release NAME TOKEN --holder H                   give it back
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
+  fenceq queue pause QUEUE                                 stop claims of a queue; it still takes enqueues (admin)
+  fenceq queue resume QUEUE                                let claims take its jobs again (admin)
+  fenceq queue list                                        queues, whether each is paused, job counts
   fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file (a database or an archive)
                                                            offline, or by the server
   fenceq audit archive --out FILE                          move the audit records older than the server's

@@ -245,6 +245,7 @@ type permissions struct {
 	Cancel  bool `json:"cancel"`
 	Leases  bool `json:"leases"`
 	Audit   bool `json:"audit"`
+	Pause   bool `json:"pause"` // POST /v1/queues/{queue}/pause and /resume
 }
 
 type whoamiResponse struct {
@@ -264,6 +265,7 @@ func (s *Server) whoamiOf(c echo.Context) whoamiResponse {
 		Cancel:  s.may(p, "POST /v1/jobs/:id/cancel"),
 		Leases:  s.may(p, "GET /v1/leases"),
 		Audit:   s.may(p, "GET /v1/audit/verify"),
+		Pause:   s.may(p, "POST /v1/queues/:queue/pause"),
 	}}
 }
 
@@ -332,20 +334,17 @@ func (s *Server) status(c echo.Context) error {
 	out := statusResponse{whoamiResponse: s.whoamiOf(c),
 		BucketSeconds: int(throughputBucket / time.Second)}
 	if out.Can.Jobs {
-		stats, err := s.store.Stats(ctx)
+		queues, err := s.queueList(ctx)
 		if err != nil {
 			return err
 		}
 		totals := map[db.State]uint64{}
-		out.Queues = []queueResponse{}
-		for _, q := range stats {
-			counts := map[db.State]uint64{}
-			for _, st := range db.States {
-				counts[st] = q.Counts[st]
-				totals[st] += q.Counts[st]
+		for _, q := range queues {
+			for st, n := range q.Counts {
+				totals[st] += n
 			}
-			out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
 		}
+		out.Queues = queues
 		out.Throughput = s.obs.throughput()
 		lists := []struct {
 			dst   **jobListResponse

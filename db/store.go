@@ -39,6 +39,16 @@ type Store interface {
 	// FailJob records a failed attempt: retried after a delay, or dead. A
 	// caller that does not hold the current claim gets CodeNotFound.
 	FailJob(ctx context.Context, req FailRequest) (Job, error)
+	// HeartbeatJobs extends several leases in one transaction, each item
+	// decided as HeartbeatJob would (see ValidateBatch for a malformed
+	// batch, the only error besides faults).
+	HeartbeatJobs(ctx context.Context, reqs []HeartbeatRequest) ([]ItemResult, error)
+	// CompleteJobs completes several claims in one transaction, each item
+	// decided as CompleteJob would, and claims req.Next in it.
+	CompleteJobs(ctx context.Context, req CompleteBatchRequest) (CompleteBatchResult, error)
+	// FailJobs records several failed attempts in one transaction, each
+	// item decided as FailJob would.
+	FailJobs(ctx context.Context, reqs []FailRequest) ([]ItemResult, error)
 	// CancelJob cancels an unfinished or dead job (CodeConflict otherwise).
 	CancelJob(ctx context.Context, req JobRequest) (Job, error)
 	// RetryJob makes a dead or cancelled job available (CodeConflict otherwise).
@@ -55,6 +65,18 @@ type Store interface {
 	ListJobsInState(ctx context.Context, req StateListRequest) ([]Job, error)
 	// Stats counts jobs per queue and state.
 	Stats(ctx context.Context) ([]QueueStats, error)
+
+	// SetQueuePaused pauses or resumes a queue (see SetPause). A paused
+	// queue takes enqueues but gives no job to a claim: ClaimJobs, a
+	// claim over several queues and CompleteAndClaimJob's next claim skip
+	// it, and long-polls waiting on it keep waiting until it is resumed,
+	// when they are woken; its claimed jobs can still be heartbeaten,
+	// completed and failed. The pause is stored (it outlives the process)
+	// and audited. Asking for what already is changes nothing and answers
+	// Changed false. Refusals: CodeInvalid, CodeTooLarge (MaxPausedQueues).
+	SetQueuePaused(ctx context.Context, req PauseRequest) (PauseResult, error)
+	// PausedQueues lists the paused queues in name order.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
 
 	// AcquireLease gives the named lease to the caller with a new token, or
 	// CodeConflict while another holds it.

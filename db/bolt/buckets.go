@@ -36,11 +36,14 @@ var (
 	// bucketAuditCounts: action name (or an expiry outcome, see
 	// auditCountKeys) → uint64; how many audit records of each kind exist.
 	bucketAuditCounts = []byte("audit_counts")
+	// bucketPaused: queue name → msgpack pauseRecord; the paused queues,
+	// which claims skip (pause.go). Schema version 3.
+	bucketPaused = []byte("queue_paused")
 )
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
 	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
-	bucketDead, bucketAuditSubject, bucketAuditCounts}
+	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused}
 
 var (
 	metaSchemaVersion = []byte("schema_version")

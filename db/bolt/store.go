@@ -220,6 +220,9 @@ func (s *Store) Check() error {
 		if first != nil {
 			return first
 		}
+		if err := checkPauses(tx); err != nil {
+			return err
+		}
 		return checkIndexes(tx)
 	})
 }
@@ -460,4 +463,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	default:
 	}
 	return s.view(func(tx *bbolt.Tx) error { return nil })
+}
+
+// Reopen closes the store and opens its file again with the same options,
+// for tests of what outlives a restart (dbtest.Reopener).
+func (s *Store) Reopen() (db.Store, error) {
+	if err := s.Close(); err != nil {
+		return nil, err
+	}
+	return Open(s.path, s.opts)
 }

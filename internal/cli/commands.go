@@ -1,7 +1,7 @@
 package cli
 
 // The client commands: enqueue, get, list, cancel, retry, stats, lease,
-// audit verify and backup. Each is one call[T] (below): flags, then the
+// queue (queue.go), audit verify and backup. Each is one call[T] (below): flags, then the
 // client, then a bounded call, then the result printed for people or, with
 // --json, the server's JSON for scripts. The server and token come from
 // --server/--token or FENCEQ_SERVER/FENCEQ_TOKEN. Exit status: 0 done, 1
@@ -41,11 +41,11 @@ type Env struct {
 // Run runs the command named cmd ("enqueue", "lease", "worker", "token",
 // …) with its arguments. An unknown command is a UsageError.
 func Run(ctx context.Context, cmd string, args []string, e Env) error {
-	if cmd == "lease" {
+	if cmd == "lease" || cmd == "queue" {
 		if len(args) == 0 {
-			return UsageError{leaseUsage}
+			return UsageError{map[string]string{"lease": leaseUsage, "queue": queueUsage}[cmd]}
 		}
-		cmd, args = "lease "+args[0], args[1:]
+		cmd, args = cmd+" "+args[0], args[1:]
 	}
 	if cmd == "audit" || cmd == "token" {
 		sub := "verify"
@@ -64,6 +64,9 @@ func Run(ctx context.Context, cmd string, args []string, e Env) error {
 	}
 	if strings.HasPrefix(cmd, "lease ") {
 		return UsageError{fmt.Sprintf("unknown lease action %q; %s", strings.TrimPrefix(cmd, "lease "), leaseUsage)}
+	}
+	if strings.HasPrefix(cmd, "queue ") {
+		return UsageError{fmt.Sprintf("unknown queue action %q; %s", strings.TrimPrefix(cmd, "queue "), queueUsage)}
 	}
 	return UsageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
 }
@@ -91,6 +94,9 @@ var commands = map[string]command{
 	"lease release": leaseChangeCmd("release"),
 	"lease check":   leaseCheckCmd,
 	"lease show":    leaseShowCmd,
+	"queue pause":   queuePauseCmd("pause"),
+	"queue resume":  queuePauseCmd("resume"),
+	"queue list":    queueListCmd,
 	"audit verify":  auditVerifyCmd,
 	"audit archive": auditArchiveCmd,
 	"backup":        backupCmd,

@@ -256,17 +256,46 @@
     refresher.now();
   });
 
+  // A paused queue takes enqueues but gives no claims; an admin pauses and
+  // resumes it here (POST /v1/queues/{queue}/pause, /resume).
+  function queueButton(q) {
+    const action = q.paused ? 'resume' : 'pause';
+    const label = q.paused ? 'Resume' : 'Pause';
+    return el('button', {type: 'button', class: 'btn small', 'data-queue-action': action, 'data-for-queue': q.queue,
+      'aria-label': `${label} queue ${q.queue}`, text: label});
+  }
+  document.addEventListener('click', async (ev) => {
+    const b = ev.target.closest('button[data-queue-action]');
+    if (!b) return;
+    const action = b.dataset.queueAction, queue = b.dataset.forQueue;
+    b.disabled = true;
+    try {
+      const r = await api('POST', `/v1/queues/${encodeURIComponent(queue)}/${action}`);
+      const already = r.changed ? '' : (r.paused ? ' (it already was)' : ' (it was not paused)');
+      notify(r.paused ? `Queue ${r.queue} is paused${already}: it takes jobs but gives none to workers.`
+        : `Queue ${r.queue} runs again${already}.`);
+    } catch (e) {
+      notify(`Could not ${action} queue ${queue}: ${e.message}`, true);
+      b.disabled = false;
+    }
+    refresher.now();
+  });
+
   // ---- the status page ------------------------------------------------------
-  function drawQueues(queues) {
-    fillTable('queues', queues, (q) => {
+  function drawQueues(queues, can) {
+    fillTable('queues', queues.map((q) => ({...q, canPause: !!can.pause})), (q) => {
       let total = 0;
       const cells = STATES.map((st) => {
         const n = q.counts[st] || 0;
         total += n;
         return td({class: n ? 'num' : 'num zero', 'data-queue': q.queue, 'data-state': st, text: n});
       });
-      return el('tr', {}, el('th', {scope: 'row', 'data-label': 'Queue', text: q.queue}), cells,
-        td({class: 'num', 'data-queue': q.queue, 'data-state': 'total', text: total}));
+      const name = el('th', {scope: 'row', 'data-label': 'Queue'}, q.queue,
+        q.paused ? el('span', {class: 'badge paused', 'data-paused': q.queue,
+          title: `Paused by ${q.paused_by || 'unknown'} at ${fmtTime(q.paused_at)}: no claims until resumed`, text: 'paused'}) : null);
+      return el('tr', {'data-queue-row': q.queue, class: q.paused ? 'paused' : null}, name, cells,
+        td({class: 'num', 'data-queue': q.queue, 'data-state': 'total', text: total}),
+        td({'data-label': ''}, q.canPause ? queueButton(q) : null));
     }, 'No jobs yet.');
     const tfoot = document.querySelector('#queues tfoot');
     if (queues.length > 1) {
@@ -276,7 +305,7 @@
         tfoot.dataset.key = key;
         tfoot.replaceChildren(el('tr', {}, el('th', {scope: 'row', text: 'All queues'}),
           sums.map((n, i) => td({class: 'num', 'data-label': STATES[i], 'data-queue': '', 'data-state': STATES[i], text: n})),
-          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)})));
+          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)}), td({'data-label': ''})));
       }
     } else {
       tfoot.replaceChildren();
@@ -321,7 +350,7 @@
   }
 
   function drawStatus(st, can) {
-    drawQueues(st.queues || []);
+    drawQueues(st.queues || [], can);
     drawChart(st.throughput || [], st.bucket_seconds || 10);
 
     const claimed = st.claimed || {jobs: [], total: 0};
