@@ -121,7 +121,7 @@ func isEmptyBucket(b *bbolt.Bucket) bool {
 // ListAuditBySubject returns the newest records of req.Subject first, found
 // through the subject index: O(log n + limit), whatever the log's size. A
 // file opened read-only that predates the index has no history to show. It
-// returns ErrInvalidArgument for a limit outside 1..MaxListLimit.
+// returns CodeInvalid for a limit outside 1..MaxListLimit.
 func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error) {
 	var err error
 	if req.Limit, err = db.ListLimit(req.Limit); err != nil {

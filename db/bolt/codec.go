@@ -79,21 +79,21 @@ func (r *jobRecord) fields(w *msgrec.Writer) {
 func encodeErrorRecords(enc *msgpack.Encoder, errs []errorRecord) error {
 	err := enc.EncodeArrayLen(len(errs))
 	for i := 0; i < len(errs) && err == nil; i++ {
-		err = errs[i].encode(enc)
+		err = encodeErrorRecord(enc, &errs[i])
 	}
 	return err
 }
 
-func (e *errorRecord) encode(enc *msgpack.Encoder) error {
+func encodeErrorRecord(enc *msgpack.Encoder, e *errorRecord) error {
 	w := msgrec.NewWriter(enc)
-	e.fields(&w)
+	errorRecordFields(&w, e)
 	if w.StartWriting() {
-		e.fields(&w)
+		errorRecordFields(&w, e)
 	}
 	return w.Err()
 }
 
-func (e *errorRecord) fields(w *msgrec.Writer) {
+func errorRecordFields(w *msgrec.Writer, e *errorRecord) {
 	msgrec.Field(w, "a", e.Attempt, msgrec.Uint64)
 	msgrec.Field(w, "t", e.At, msgrec.Int64)
 	msgrec.Field(w, "e", e.Error, msgrec.String)

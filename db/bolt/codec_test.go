@@ -35,18 +35,7 @@ func genJobRecord(t *rapid.T) *jobRecord {
 		errs = append(errs, errorRecord{Attempt: rapid.Uint64().Draw(t, "attempt"),
 			At: rapid.Int64().Draw(t, "at"), Error: str("error" + itoa(uint64(i)))})
 	}
-	return &jobRecord{
-		V: rapid.Uint8().Draw(t, "v"), ID: rapid.Uint64().Draw(t, "id"), Queue: str("queue"),
-		Kind: str("kind"), Payload: bytesOrNil("payload"), Priority: rapid.Int64().Draw(t, "priority"),
-		State:    rapid.SampledFrom(db.States).Draw(t, "state"),
-		Attempts: rapid.Uint64().Draw(t, "attempts"), MaxAttempts: rapid.Uint64().Draw(t, "max"),
-		Budget: rapid.Uint64().Draw(t, "budget"), ClaimedBy: str("claimed_by"),
-		LeaseExpiresAt: rapid.Int64().Draw(t, "lx"), RunAt: rapid.Int64().Draw(t, "ra"),
-		CreatedAt: rapid.Int64().Draw(t, "ca"), UpdatedAt: rapid.Int64().Draw(t, "ua"),
-		CompletedAt: rapid.Int64().Draw(t, "co"), LastError: str("last_error"), Errors: errs,
-		Result: bytesOrNil("result"), Attestation: bytesOrNil("attestation"),
-		IdempotencyKey: str("idempotency_key"),
-	}
+	return &jobRecord{V: rapid.Uint8().Draw(t, "v"), JobRecord: db.JobRecord{ID: rapid.Uint64().Draw(t, "id"), Queue: str("queue"), Kind: str("kind"), Payload: bytesOrNil("payload"), Priority: rapid.Int64().Draw(t, "priority"), State: rapid.SampledFrom(db.States).Draw(t, "state"), Attempts: rapid.Uint64().Draw(t, "attempts"), MaxAttempts: rapid.Uint64().Draw(t, "max"), Budget: rapid.Uint64().Draw(t, "budget"), ClaimedBy: str("claimed_by"), LeaseExpiresAt: rapid.Int64().Draw(t, "lx"), RunAt: rapid.Int64().Draw(t, "ra"), CreatedAt: rapid.Int64().Draw(t, "ca"), UpdatedAt: rapid.Int64().Draw(t, "ua"), CompletedAt: rapid.Int64().Draw(t, "co"), LastError: str("last_error"), Errors: errs, Result: bytesOrNil("result"), Attestation: bytesOrNil("attestation"), IdempotencyKey: str("idempotency_key")}}
 }
 
 // encodeBothWays encodes a record with its hand-written encoder and, as
@@ -110,7 +99,7 @@ func TestJobRecordCodecMatchesReflection(t *testing.T) {
 // A decode starts from the zero record: nothing of what the value held
 // before survives a nil or a record that omits it.
 func TestJobRecordDecodeResetsTheRecord(t *testing.T) {
-	small, err := encodeRecord(&jobRecord{V: 1, ID: 2, Queue: "q", State: db.StateAvailable})
+	small, err := encodeRecord(&jobRecord{V: 1, JobRecord: db.JobRecord{ID: 2, Queue: "q", State: db.StateAvailable}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +134,7 @@ func TestJobRecordDecodeAllocatesWhatIsThereNotWhatIsClaimed(t *testing.T) {
 		t.Errorf("decodeJob(payload claiming 4 GiB) allocated %d bytes, want under 1 MiB", grew)
 	}
 
-	big := &jobRecord{V: 1, ID: 9, Queue: "q", State: db.StateAvailable,
-		Payload: bytes.Repeat([]byte("0123456789abcdef"), 20000), Result: bytes.Repeat([]byte{7}, 64<<10)}
+	big := &jobRecord{V: 1, JobRecord: db.JobRecord{ID: 9, Queue: "q", State: db.StateAvailable, Payload: bytes.Repeat([]byte("0123456789abcdef"), 20000), Result: bytes.Repeat([]byte{7}, 64<<10)}}
 	enc, err := encodeRecord(big)
 	if err != nil {
 		t.Fatal(err)
@@ -166,10 +154,7 @@ func TestJobRecordDecodeAllocatesWhatIsThereNotWhatIsClaimed(t *testing.T) {
 // walk of unmarshalRecord) and by jobRecord's own codec (decodeJob), as a
 // store operation does inside the commit.
 func BenchmarkJobRecordCodec(b *testing.B) {
-	rec := &jobRecord{V: 1, ID: 123456, Queue: "bench", Payload: bytes.Repeat([]byte("x"), 100),
-		State: db.StateClaimed, Attempts: 1, MaxAttempts: 25, Budget: 25, ClaimedBy: "bench|worker-07",
-		LeaseExpiresAt: 1795000000000000000, RunAt: 1794999990000000000,
-		CreatedAt: 1794999990000000000, UpdatedAt: 1795000000000000000}
+	rec := &jobRecord{V: 1, JobRecord: db.JobRecord{ID: 123456, Queue: "bench", Payload: bytes.Repeat([]byte("x"), 100), State: db.StateClaimed, Attempts: 1, MaxAttempts: 25, Budget: 25, ClaimedBy: "bench|worker-07", LeaseExpiresAt: 1795000000000000000, RunAt: 1794999990000000000, CreatedAt: 1794999990000000000, UpdatedAt: 1795000000000000000}}
 	enc, err := encodeRecord(rec)
 	if err != nil {
 		b.Fatal(err)
@@ -240,7 +225,7 @@ func TestRecordCodecsKnowEveryField(t *testing.T) {
 	for _, tc := range []struct {
 		typ  reflect.Type
 		want int
-	}{{reflect.TypeFor[jobRecord](), 21}, {reflect.TypeFor[errorRecord](), 3}, {reflect.TypeFor[db.AuditLink](), 9}} {
+	}{{reflect.TypeFor[jobRecord](), 2}, {reflect.TypeFor[db.JobRecord](), 20}, {reflect.TypeFor[errorRecord](), 3}, {reflect.TypeFor[db.AuditLink](), 9}} {
 		if got := tc.typ.NumField(); got != tc.want {
 			t.Errorf("%s has %d fields; its codec in codec.go and the generators in codec_test.go know %d: update them",
 				tc.typ.Name(), got, tc.want)

@@ -59,13 +59,13 @@ func plant(t *testing.T, s *Store, bucket, key, value []byte, more func(tx *bbol
 
 func seedJobRecords() [][]byte {
 	recs := []*jobRecord{
-		{V: 1, ID: 1, Queue: "default", State: db.StateAvailable, MaxAttempts: 10, Budget: 10, RunAt: 1, CreatedAt: 1, UpdatedAt: 1},
-		{V: 1, ID: 7, Queue: "emails", Kind: "send", Payload: []byte(`{"to":"a@example.com"}`), Priority: -3,
+		{V: 1, JobRecord: db.JobRecord{ID: 1, Queue: "default", State: db.StateAvailable, MaxAttempts: 10, Budget: 10, RunAt: 1, CreatedAt: 1, UpdatedAt: 1}},
+		{V: 1, JobRecord: db.JobRecord{ID: 7, Queue: "emails", Kind: "send", Payload: []byte(`{"to":"a@example.com"}`), Priority: -3,
 			State: db.StateClaimed, Attempts: 2, MaxAttempts: 5, Budget: 5, ClaimedBy: "local|w1", LeaseExpiresAt: 1e18,
 			RunAt: 2e18, CreatedAt: 3, UpdatedAt: 4, LastError: "boom",
-			Errors: []errorRecord{{Attempt: 1, At: 5, Error: "boom"}}, IdempotencyKey: "k"},
-		{V: 1, ID: 9, Queue: "q", State: db.StateCompleted, Attempts: 1, MaxAttempts: 1, Budget: 1, RunAt: 1, CreatedAt: 1,
-			UpdatedAt: 2, CompletedAt: 2, Result: []byte(`{"ok":true}`), Attestation: []byte(`{"sig":"x"}`)},
+			Errors: []errorRecord{{Attempt: 1, At: 5, Error: "boom"}}, IdempotencyKey: "k"}},
+		{V: 1, JobRecord: db.JobRecord{ID: 9, Queue: "q", State: db.StateCompleted, Attempts: 1, MaxAttempts: 1, Budget: 1, RunAt: 1, CreatedAt: 1,
+			UpdatedAt: 2, CompletedAt: 2, Result: []byte(`{"ok":true}`), Attestation: []byte(`{"sig":"x"}`)}},
 	}
 	var out [][]byte
 	for _, r := range recs {
@@ -150,7 +150,7 @@ func FuzzLeaseRecord(f *testing.F) {
 				t.Fatalf("decodeLease(%q, %x) error = %v, want ErrCorrupt", name, data, err)
 			}
 		} else {
-			_ = rec.named()
+			_ = rec.rules().Named()
 			enc, err := encodeRecord(rec)
 			if err != nil {
 				t.Fatalf("encodeRecord(decodeLease(%x)) error = %v", data, err)

@@ -107,27 +107,22 @@ func TestEnqueueJobStoresAvailableOrScheduledJobs(t *testing.T) {
 		want func(now int64) jobRecord
 	}{
 		{"no delay is available now", db.EnqueueRequest{Payload: json.RawMessage(`{"n":1}`)}, func(now int64) jobRecord {
-			return jobRecord{Queue: "default", Payload: []byte(`{"n":1}`), State: db.StateAvailable,
-				MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "default", Payload: []byte(`{"n":1}`), State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}}
 		}},
 		{"delay is scheduled at now+delay", db.EnqueueRequest{Queue: "mail", Kind: "send", Delay: 90 * time.Second, Priority: -3}, func(now int64) jobRecord {
-			return jobRecord{Queue: "mail", Kind: "send", Priority: -3, State: db.StateScheduled,
-				MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now + int64(90*time.Second)}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "mail", Kind: "send", Priority: -3, State: db.StateScheduled, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now + int64(90*time.Second)}}
 		}},
 		{"future run_at is scheduled at run_at", db.EnqueueRequest{RunAt: t0.Add(time.Hour), MaxAttempts: 3}, func(now int64) jobRecord {
-			return jobRecord{Queue: "default", State: db.StateScheduled, MaxAttempts: 3, Budget: 3, RunAt: t0.Add(time.Hour).UnixNano()}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "default", State: db.StateScheduled, MaxAttempts: 3, Budget: 3, RunAt: t0.Add(time.Hour).UnixNano()}}
 		}},
 		{"past run_at is available with that run_at", db.EnqueueRequest{RunAt: t0.Add(-time.Hour)}, func(now int64) jobRecord {
-			return jobRecord{Queue: "default", State: db.StateAvailable,
-				MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: t0.Add(-time.Hour).UnixNano()}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "default", State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: t0.Add(-time.Hour).UnixNano()}}
 		}},
 		{"run_at equal to now is available", db.EnqueueRequest{RunAt: t0}, func(now int64) jobRecord {
-			return jobRecord{Queue: "default", State: db.StateAvailable,
-				MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "default", State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}}
 		}},
 		{"idempotency key is kept", db.EnqueueRequest{IdempotencyKey: "order-7", Priority: 9}, func(now int64) jobRecord {
-			return jobRecord{Queue: "default", Priority: 9, State: db.StateAvailable, IdempotencyKey: "order-7",
-				MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}
+			return jobRecord{JobRecord: db.JobRecord{Queue: "default", Priority: 9, State: db.StateAvailable, IdempotencyKey: "order-7", MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}}
 		}},
 	}
 	for _, tt := range tests {
@@ -446,7 +441,7 @@ func TestJobTransitions(t *testing.T) {
 			if err != nil {
 				t.Fatalf("error = %v, want nil", err)
 			}
-			want := before.clone()
+			want := &jobRecord{V: before.V, JobRecord: before.Clone()}
 			tt.want(want, clk.Now().UnixNano())
 			after := storedJob(t, s, id)
 			if !reflect.DeepEqual(after, want) {

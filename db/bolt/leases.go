@@ -3,14 +3,11 @@ package bolt
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/lease"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -34,8 +31,13 @@ type leaseRecord struct {
 	UpdatedAt  int64  `msgpack:"ua"`
 }
 
-func (r *leaseRecord) named() lease.Named {
-	return lease.Named{Holder: r.Holder, Token: r.Token, ExpiresAt: db.FromUnixNano(r.ExpiresAt)}
+func (r *leaseRecord) rules() *db.LeaseRecord {
+	return &db.LeaseRecord{Holder: r.Holder, Token: r.Token, ExpiresAt: r.ExpiresAt, AcquiredAt: r.AcquiredAt, UpdatedAt: r.UpdatedAt}
+}
+
+func leaseRecordOf(l db.LeaseRecord) *leaseRecord {
+	return &leaseRecord{V: leaseRecordVersion, Holder: l.Holder, Token: l.Token, ExpiresAt: l.ExpiresAt,
+		AcquiredAt: l.AcquiredAt, UpdatedAt: l.UpdatedAt}
 }
 
 func decodeLease(name string, b []byte) (*leaseRecord, error) {
@@ -74,40 +76,27 @@ func putLease(tx *bbolt.Tx, name string, rec *leaseRecord) error {
 	return tx.Bucket(bucketLeases).Put([]byte(name), v)
 }
 
-func (r *leaseRecord) lease(name string, now time.Time) db.Lease {
-	return db.Lease{Name: name, Holder: r.Holder, FencingToken: r.Token, Held: r.named().Held(now),
-		ExpiresAt: db.FromUnixNano(r.ExpiresAt), AcquiredAt: db.FromUnixNano(r.AcquiredAt), UpdatedAt: db.FromUnixNano(r.UpdatedAt)}
-}
+func (r *leaseRecord) lease(name string, now time.Time) db.Lease { return r.rules().Lease(name, now) }
 
 // AcquireLease gives the lease Name to Principal|Holder for TTL when nobody
 // holds it (never acquired, released or expired) and returns it with a new
-// fencing token: the name's previous token plus one. While it is held and
-// unexpired — also by the same holder name — it returns ErrLeaseHeld, whose
-// message names the holder and the expiry; with Wait it first waits for a
-// release or the expiry, and returns ErrLeaseHeld when the wait ends. Other
-// errors: ErrInvalidArgument, ErrLeaseExhausted, ErrClosed, and ctx's error
-// when ctx ends while waiting.
+// fencing token: the name's previous token plus one (db.AcquireLease).
+// While it is held and unexpired — also by the same holder name — it is
+// refused with CodeConflict, with a message that names the holder and the
+// expiry; with Wait it first waits for a release or the expiry, and gives
+// that refusal when the wait ends. Other errors: CodeInvalid, an exhausted
+// name (CodeConflict), ErrClosed, and ctx's error when ctx ends while waiting.
 func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error) {
-	if err := db.ValidateLeaseName(req.Name); err != nil {
-		return db.Lease{}, err
-	}
-	if err := db.ValidateLeaseHolder(req.Holder); err != nil {
-		return db.Lease{}, err
-	}
-	ttl, err := s.opts.LeaseTTL(req.TTL)
+	holder, ttl, err := s.opts.ValidateAcquire(req)
 	if err != nil {
 		return db.Lease{}, err
 	}
-	if req.Wait < 0 || req.Wait > db.MaxLeaseWait {
-		return db.Lease{}, db.Errorf(db.CodeInvalid, "wait must be between 0 and %v", db.MaxLeaseWait)
-	}
-	holder := lease.Holder(req.Principal, req.Holder)
 	if req.Wait == 0 {
-		l, err := s.acquireLease(ctx, req, holder, ttl)
-		if err != nil {
+		op := &acquireOp{req: req, holder: holder, ttl: ttl}
+		if err := s.update(ctx, op); err != nil {
 			return db.Lease{}, err
 		}
-		return l, nil
+		return op.out, nil
 	}
 
 	deadline := time.NewTimer(req.Wait)
@@ -117,17 +106,18 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 		// Subscribe before trying, so that a release committed after this
 		// attempt looked is not missed.
 		changed, unsubscribe := nw.subscribe(req.Name)
-		cur, err := s.acquireLease(ctx, req, holder, ttl)
-		if err == nil || !cur.Held { // cur is the lease as it is only when it is held by another
+		op := &acquireOp{req: req, holder: holder, ttl: ttl}
+		err := s.update(ctx, op)
+		if err == nil || op.heldBy == nil {
 			unsubscribe()
 			if err != nil {
 				return db.Lease{}, err
 			}
-			return cur, nil
+			return op.out, nil
 		}
 		// Held: wait for a release, or the holder's expiry by the store's
 		// clock, whichever comes first.
-		expiry := time.NewTimer(max(cur.ExpiresAt.Sub(s.opts.Now()), minExpiryWait))
+		expiry := time.NewTimer(max(db.FromUnixNano(op.heldBy.ExpiresAt).Sub(s.opts.Now()), minExpiryWait))
 		var stop error
 		select {
 		case <-changed:
@@ -147,141 +137,125 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 	}
 }
 
-// acquireLease is one attempt. With ErrLeaseHeld it also returns the lease
-// as it is, so a waiter knows when it ends.
-func (s *Store) acquireLease(ctx context.Context, req db.AcquireLeaseRequest, holder string, ttl time.Duration) (db.Lease, error) {
-	var out db.Lease
-	err := s.update(ctx, func(tx *bbolt.Tx) error {
-		now := s.opts.Now()
-		old, err := getLease(tx, req.Name)
-		if err != nil {
-			return err
-		}
-		var cur lease.Named
-		if old != nil {
-			cur = old.named()
-		}
-		next, err := lease.Acquire(cur, holder, now, ttl)
-		switch {
-		case errors.Is(err, lease.ErrHeld):
-			out = old.lease(req.Name, now)
-			return db.Errorf(db.CodeConflict, "lease is held by %s until %s (lease %q)", old.Holder, rfc3339(db.FromUnixNano(old.ExpiresAt)), req.Name)
-		case errors.Is(err, lease.ErrTokensExhausted):
-			return db.Errorf(db.CodeConflict, "lease has issued every fencing token: lease %q has issued token %d; use another name", req.Name, cur.Token)
-		case err != nil:
-			return db.Errorf(db.CodeInvalid, "%v", err)
-		}
-		rec := &leaseRecord{V: leaseRecordVersion, Holder: next.Holder, Token: next.Token,
-			ExpiresAt: next.ExpiresAt.UnixNano(), AcquiredAt: now.UnixNano(), UpdatedAt: now.UnixNano()}
-		if err := putLease(tx, req.Name, rec); err != nil {
-			return err
-		}
-		out = rec.lease(req.Name, now)
-		details := map[string]string{"holder": holder, "expires_at": rfc3339(next.ExpiresAt)}
-		if cur.Holder != "" {
-			details["expired_from"] = cur.Holder
-		}
-		return appendAudit(tx, now, db.AuditEvent{Principal: req.Principal, Action: "acquire",
-			Subject: db.LeaseSubject(req.Name), Token: rec.Token, Details: details})
-	})
-	return out, err
+// leaseOp is an acquire, renew or release: decide loads the record and
+// applies the transition; apply writes it with its audit link.
+type leaseOp struct {
+	name string
+	old  *leaseRecord
+	next db.LeaseRecord
+	ev   db.AuditEvent
+	out  db.Lease
 }
 
-// RenewLease extends the caller's lease to now+TTL. The caller must hold
-// the current token and the lease must not have expired: an expired lease
-// is acquired again, with a new token. A refused renew changes nothing and
-// returns ErrLeaseNotHeld (another holder, stale token, released, expired)
-// or ErrLeaseNotFound; a missing or impossible token is ErrInvalidArgument.
+func (op *leaseOp) write(w *writer) error {
+	rec := leaseRecordOf(op.next)
+	if err := w.putLease(op.name, rec); err != nil {
+		return err
+	}
+	op.out = rec.lease(op.name, w.now)
+	return w.audit(op.ev)
+}
+
+type acquireOp struct {
+	leaseOp
+	req    db.AcquireLeaseRequest
+	holder string
+	ttl    time.Duration
+	heldBy *leaseRecord // the record as it is, when refused because it is held
+}
+
+func (op *acquireOp) decide(r reader, now time.Time) error {
+	old, err := r.lease(op.req.Name)
+	if err != nil {
+		return err
+	}
+	var cur *db.LeaseRecord
+	if old != nil {
+		cur = old.rules()
+	}
+	op.name, op.old = op.req.Name, old
+	op.next, op.ev, err = db.AcquireLease(cur, op.req, op.holder, op.ttl, now)
+	if err != nil && old != nil && old.rules().Named().Held(now) {
+		op.heldBy = old
+	}
+	return err
+}
+
+func (op *acquireOp) apply(w *writer, _ int) (bool, error) { return false, op.write(w) }
+
+type renewOp struct {
+	leaseOp
+	req    db.RenewLeaseRequest
+	holder string
+	ttl    time.Duration
+}
+
+func (op *renewOp) decide(r reader, now time.Time) error {
+	old, err := heldLease(r.tx, op.req.Name)
+	if err != nil {
+		return err
+	}
+	op.name, op.old = op.req.Name, old
+	op.next, op.ev, err = db.RenewLease(old.rules(), op.req, op.holder, op.ttl, now)
+	return err
+}
+
+func (op *renewOp) apply(w *writer, _ int) (bool, error) { return false, op.write(w) }
+
+type releaseOp struct {
+	leaseOp
+	req    db.ReleaseLeaseRequest
+	holder string
+}
+
+func (op *releaseOp) decide(r reader, now time.Time) error {
+	old, err := heldLease(r.tx, op.req.Name)
+	if err != nil {
+		return err
+	}
+	op.name, op.old = op.req.Name, old
+	op.next, op.ev, err = db.ReleaseLease(old.rules(), op.req, op.holder, now)
+	return err
+}
+
+func (op *releaseOp) apply(w *writer, _ int) (bool, error) {
+	w.released = append(w.released, op.name) // waiting acquires are woken after the commit
+	return false, op.write(w)
+}
+
+// RenewLease extends the caller's lease to now+TTL (db.RenewLease). The
+// caller must hold the current token and the lease must not have expired:
+// an expired lease is acquired again, with a new token. A refused renew
+// changes nothing: CodeConflict (another holder, stale token, released,
+// expired) or CodeNotFound; a missing or impossible token is CodeInvalid.
 func (s *Store) RenewLease(ctx context.Context, req db.RenewLeaseRequest) (db.Lease, error) {
-	if err := db.ValidateLeaseName(req.Name); err != nil {
-		return db.Lease{}, err
-	}
-	if err := db.ValidateLeaseHolder(req.Holder); err != nil {
-		return db.Lease{}, err
-	}
-	if err := db.ValidateLeaseToken(req.FencingToken); err != nil {
-		return db.Lease{}, err
-	}
-	ttl, err := s.opts.LeaseTTL(req.TTL)
+	holder, ttl, err := s.opts.ValidateRenew(req)
 	if err != nil {
 		return db.Lease{}, err
 	}
-	holder := lease.Holder(req.Principal, req.Holder)
-	var out db.Lease
-	err = s.update(ctx, func(tx *bbolt.Tx) error {
-		now := s.opts.Now()
-		old, err := heldLease(tx, req.Name)
-		if err != nil {
-			return err
-		}
-		next, err := lease.Renew(old.named(), holder, req.FencingToken, now, ttl)
-		if err != nil {
-			return leaseNotHeld(req.Name, err)
-		}
-		rec := *old
-		rec.ExpiresAt, rec.UpdatedAt = next.ExpiresAt.UnixNano(), now.UnixNano()
-		if err := putLease(tx, req.Name, &rec); err != nil {
-			return err
-		}
-		out = rec.lease(req.Name, now)
-		return appendAudit(tx, now, db.AuditEvent{Principal: req.Principal, Action: "renew", Subject: db.LeaseSubject(req.Name),
-			Token: rec.Token, Details: map[string]string{"holder": holder, "expires_at": rfc3339(next.ExpiresAt)}})
-	})
-	if err != nil {
+	op := &renewOp{req: req, holder: holder, ttl: ttl}
+	if err := s.update(ctx, op); err != nil {
 		return db.Lease{}, err
 	}
-	return out, nil
+	return op.out, nil
 }
 
 // ReleaseLease frees the caller's lease so that the next acquire succeeds
 // at once (with a larger token); waiting acquires are woken after the
 // commit. The record stays with its token. A release after the lease
 // expired, before anybody acquired it again, is accepted. A refused release
-// changes nothing and returns ErrLeaseNotHeld or ErrLeaseNotFound; a
-// missing or impossible token is ErrInvalidArgument.
+// changes nothing: CodeConflict or CodeNotFound; a missing or impossible
+// token is CodeInvalid.
 func (s *Store) ReleaseLease(ctx context.Context, req db.ReleaseLeaseRequest) (db.Lease, error) {
-	if err := db.ValidateLeaseName(req.Name); err != nil {
-		return db.Lease{}, err
-	}
-	if err := db.ValidateLeaseHolder(req.Holder); err != nil {
-		return db.Lease{}, err
-	}
-	if err := db.ValidateLeaseToken(req.FencingToken); err != nil {
-		return db.Lease{}, err
-	}
-	holder := lease.Holder(req.Principal, req.Holder)
-	nw := s.leaseWaiters()
-	var out db.Lease
-	err := s.update(ctx, func(tx *bbolt.Tx) error {
-		now := s.opts.Now()
-		old, err := heldLease(tx, req.Name)
-		if err != nil {
-			return err
-		}
-		if _, err := lease.Release(old.named(), holder, req.FencingToken); err != nil {
-			return leaseNotHeld(req.Name, err)
-		}
-		rec := *old
-		rec.Holder, rec.ExpiresAt, rec.UpdatedAt = "", 0, now.UnixNano()
-		if err := putLease(tx, req.Name, &rec); err != nil {
-			return err
-		}
-		out = rec.lease(req.Name, now)
-		details := map[string]string{"holder": holder}
-		if lease.Expired(db.FromUnixNano(old.ExpiresAt), now) {
-			details["expired_at"] = rfc3339(db.FromUnixNano(old.ExpiresAt))
-		}
-		if err := appendAudit(tx, now, db.AuditEvent{Principal: req.Principal, Action: "release", Subject: db.LeaseSubject(req.Name),
-			Token: rec.Token, Details: details}); err != nil {
-			return err
-		}
-		tx.OnCommit(func() { nw.wake(req.Name) })
-		return nil
-	})
+	holder, err := s.opts.ValidateRelease(req)
 	if err != nil {
 		return db.Lease{}, err
 	}
-	return out, nil
+	op := &releaseOp{req: req, holder: holder}
+	if err := s.update(ctx, op); err != nil {
+		return db.Lease{}, err
+	}
+	return op.out, nil
 }
 
 // heldLease loads the record a renew or release acts on.
@@ -291,16 +265,16 @@ func heldLease(tx *bbolt.Tx, name string) (*leaseRecord, error) {
 		return nil, err
 	}
 	if rec == nil {
-		return nil, db.Errorf(db.CodeNotFound, "lease not found: %q was never acquired", name)
+		return nil, db.LeaseNotFound(name)
 	}
 	return rec, nil
 }
 
 // CheckLease answers whether token is the current, unexpired token of the
 // lease name: the question a resource guarded by the lease asks before it
-// accepts a write. It returns the lease when it is, ErrNotCurrent (with the
-// reason: stale, released or expired) when it is not, ErrLeaseNotFound when
-// the name was never acquired, and ErrInvalidArgument for a token of zero
+// accepts a write. It returns the lease when it is, CodeConflict (with the
+// reason: stale, released or expired) when it is not, CodeNotFound when
+// the name was never acquired, and CodeInvalid for a token of zero
 // or above 4294967295. It reads; it changes nothing.
 func (s *Store) CheckLease(ctx context.Context, name string, token uint64) (db.Lease, error) {
 	if err := db.ValidateLeaseName(name); err != nil {
@@ -316,8 +290,8 @@ func (s *Store) CheckLease(ctx context.Context, name string, token uint64) (db.L
 		if err != nil {
 			return err
 		}
-		if err := lease.CheckNamed(rec.named(), token, now); err != nil {
-			return db.Errorf(db.CodeConflict, "fencing token is not current: lease %q: %s", name, strings.TrimPrefix(err.Error(), "lease: "))
+		if err := db.CheckLeaseToken(rec.rules(), name, token, now); err != nil {
+			return err
 		}
 		out = rec.lease(name, now)
 		return nil
@@ -328,7 +302,7 @@ func (s *Store) CheckLease(ctx context.Context, name string, token uint64) (db.L
 	return out, nil
 }
 
-// GetLease returns the lease name, or ErrLeaseNotFound when it was never
+// GetLease returns the lease name, or CodeNotFound when it was never
 // acquired.
 func (s *Store) GetLease(ctx context.Context, name string) (db.Lease, error) {
 	if err := db.ValidateLeaseName(name); err != nil {
@@ -351,7 +325,7 @@ func (s *Store) GetLease(ctx context.Context, name string) (db.Lease, error) {
 
 // ListLeases returns the leases matching req in name order, released and
 // expired ones included (their tokens are what the next acquire builds on).
-// It returns ErrInvalidArgument for a limit outside 1..MaxListLimit.
+// It returns CodeInvalid for a limit outside 1..MaxListLimit.
 func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.LeasePage, error) {
 	var err error
 	if req.Limit, err = db.ListLimit(req.Limit); err != nil {
@@ -398,7 +372,7 @@ func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.Le
 // writes to asks it to verify that the worker still holds the job. Like a
 // heartbeat, a claim whose lease expired is current until the job is
 // claimed again. It returns the job when the token is current,
-// ErrNotCurrent when it is not, ErrJobNotFound, and ErrInvalidArgument for
+// CodeConflict when it is not, CodeNotFound, and CodeInvalid for
 // a token of zero or above 4294967295. It reads; it changes nothing.
 func (s *Store) CheckJob(ctx context.Context, id, token uint64) (db.Job, error) {
 	if err := db.ValidateLeaseToken(token); err != nil {
@@ -410,11 +384,8 @@ func (s *Store) CheckJob(ctx context.Context, id, token uint64) (db.Job, error) 
 		if err != nil {
 			return err
 		}
-		if rec.State != db.StateClaimed {
-			return db.Errorf(db.CodeConflict, "fencing token is not current: job %d is %s, not claimed (last token %d)", id, rec.State, rec.Attempts)
-		}
-		if rec.Attempts != token {
-			return db.Errorf(db.CodeConflict, "fencing token is not current: job %d: token %d, the current claim is %d", id, token, rec.Attempts)
+		if err := db.CheckJobToken(&rec.JobRecord, token); err != nil {
+			return err
 		}
 		job = rec.job()
 		return nil
@@ -470,11 +441,3 @@ func (w *nameWaiters) wake(name string) {
 
 // leaseWaiters returns the store's waiting acquires.
 func (s *Store) leaseWaiters() *nameWaiters { return &s.nameWaiters }
-
-func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-// leaseNotHeld turns a refusal of package lease into a CodeConflict
-// refusal, keeping its reason.
-func leaseNotHeld(name string, err error) error {
-	return db.Errorf(db.CodeConflict, "lease is not held by this holder with this fencing token: lease %q: %s", name, strings.TrimPrefix(err.Error(), "lease: "))
-}

@@ -131,7 +131,7 @@ func TestStore_AcquireLease(t *testing.T) {
 			if !errors.Is(err, dbtest.ErrLeaseHeld) {
 				t.Fatalf("AcquireLease(%s) while held error = %v, want ErrLeaseHeld", holder, err)
 			}
-			for _, want := range []string{"local|a", rfc3339(l.ExpiresAt)} {
+			for _, want := range []string{"local|a", l.ExpiresAt.UTC().Format(time.RFC3339Nano)} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("AcquireLease(%s) error %q does not mention %q", holder, err, want)
 				}

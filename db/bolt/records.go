@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"github.com/fenceq/fenceq/db"
@@ -11,37 +10,21 @@ import (
 
 const jobRecordVersion = 1
 
-// jobRecord is the stored form of a job. Tags are short, explicit and never
-// reused; times are Unix nanoseconds (0 = unset); JSON values are stored as
-// their JSON bytes. Golden files in testdata/records pin the format.
+// jobRecord is the stored form of a job: a version and the rules' record,
+// whose tags are the short stored names (never reused). Times are Unix
+// nanoseconds (0 = unset); JSON values are stored as their JSON bytes.
+// Golden files in testdata/records pin the format.
 type jobRecord struct {
-	V              uint8         `msgpack:"v"`
-	ID             uint64        `msgpack:"id"`
-	Queue          string        `msgpack:"q"`
-	Kind           string        `msgpack:"k,omitempty"`
-	Payload        []byte        `msgpack:"p,omitempty"`
-	Priority       int64         `msgpack:"pr,omitempty"`
-	State          db.State      `msgpack:"s"`
-	Attempts       uint64        `msgpack:"a"`
-	MaxAttempts    uint64        `msgpack:"ma"`
-	Budget         uint64        `msgpack:"bu"` // max_attempts given at enqueue; Retry grants it again
-	ClaimedBy      string        `msgpack:"cb,omitempty"`
-	LeaseExpiresAt int64         `msgpack:"lx,omitempty"`
-	RunAt          int64         `msgpack:"ra"`
-	CreatedAt      int64         `msgpack:"ca"`
-	UpdatedAt      int64         `msgpack:"ua"`
-	CompletedAt    int64         `msgpack:"co,omitempty"`
-	LastError      string        `msgpack:"le,omitempty"`
-	Errors         []errorRecord `msgpack:"er,omitempty"`
-	Result         []byte        `msgpack:"r,omitempty"`
-	Attestation    []byte        `msgpack:"at,omitempty"`
-	IdempotencyKey string        `msgpack:"ik,omitempty"`
+	V uint8 `msgpack:"v"`
+	db.JobRecord
 }
 
-type errorRecord struct {
-	Attempt uint64 `msgpack:"a"`
-	At      int64  `msgpack:"t"`
-	Error   string `msgpack:"e"`
+// errorRecord is one failure in a job record's history.
+type errorRecord = db.ErrorRecord
+
+// jobRecordOf is rec as it is written: the current record version.
+func jobRecordOf(rec db.JobRecord) *jobRecord {
+	return &jobRecord{V: jobRecordVersion, JobRecord: rec}
 }
 
 func encodeRecord(v any) ([]byte, error) {
@@ -93,33 +76,4 @@ func decodeJob(b []byte) (*jobRecord, error) {
 	return &r, nil
 }
 
-// clone returns a deep enough copy for a before/after pair: slices that
-// putJob or callers modify are copied.
-func (r *jobRecord) clone() *jobRecord {
-	c := *r
-	c.Errors = append([]errorRecord(nil), r.Errors...)
-	return &c
-}
-
-func rawJSON(b []byte) json.RawMessage {
-	if len(b) == 0 {
-		return nil
-	}
-	return append(json.RawMessage(nil), b...)
-}
-
-func (r *jobRecord) job() db.Job {
-	j := db.Job{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: rawJSON(r.Payload),
-		Priority: r.Priority, State: r.State, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
-		ClaimedBy: r.ClaimedBy, LeaseExpiresAt: db.FromUnixNano(r.LeaseExpiresAt),
-		RunAt: db.FromUnixNano(r.RunAt), CreatedAt: db.FromUnixNano(r.CreatedAt),
-		UpdatedAt: db.FromUnixNano(r.UpdatedAt), CompletedAt: db.FromUnixNano(r.CompletedAt),
-		LastError: r.LastError, Result: rawJSON(r.Result), Attestation: rawJSON(r.Attestation),
-		IdempotencyKey: r.IdempotencyKey,
-	}
-	for _, e := range r.Errors {
-		j.Errors = append(j.Errors, db.JobError{Attempt: e.Attempt, At: db.FromUnixNano(e.At), Error: e.Error})
-	}
-	return j
-}
+func (r *jobRecord) job() db.Job { return r.JobRecord.Job() }

@@ -23,21 +23,10 @@ var goldenDir = filepath.Join("..", "..", "testdata", "records")
 // file pins every tag. (No real job is in every state at once.)
 func goldenJobV1() *jobRecord {
 	at := func(sec int) int64 { return time.Date(2031, 3, 14, 15, 9, sec, 0, time.UTC).UnixNano() }
-	return &jobRecord{
-		V: 1, ID: 4242, Queue: "mail.outbound", Kind: "send_welcome",
-		Payload: []byte(`{"to":"ada@example.com","n":[1,2]}`), Priority: -7,
-		State: db.StateCompleted, Attempts: 3, MaxAttempts: 12, Budget: 10,
-		ClaimedBy: "local|worker-1", LeaseExpiresAt: at(50),
-		RunAt: at(1), CreatedAt: at(0), UpdatedAt: at(59), CompletedAt: at(59),
-		LastError: "smtp: 451 try again",
-		Errors: []errorRecord{
-			{Attempt: 1, At: at(10), Error: "dial tcp: timeout"},
-			{Attempt: 2, At: at(20), Error: "smtp: 451 try again"},
-		},
-		Result:         []byte(`{"message_id":"<1@example.com>"}`),
-		Attestation:    []byte(`{"sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}`),
-		IdempotencyKey: "welcome:ada",
-	}
+	return &jobRecord{V: 1, JobRecord: db.JobRecord{ID: 4242, Queue: "mail.outbound", Kind: "send_welcome", Payload: []byte(`{"to":"ada@example.com","n":[1,2]}`), Priority: -7, State: db.StateCompleted, Attempts: 3, MaxAttempts: 12, Budget: 10, ClaimedBy: "local|worker-1", LeaseExpiresAt: at(50), RunAt: at(1), CreatedAt: at(0), UpdatedAt: at(59), CompletedAt: at(59), LastError: "smtp: 451 try again", Errors: []errorRecord{
+		{Attempt: 1, At: at(10), Error: "dial tcp: timeout"},
+		{Attempt: 2, At: at(20), Error: "smtp: 451 try again"},
+	}, Result: []byte(`{"message_id":"<1@example.com>"}`), Attestation: []byte(`{"sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}`), IdempotencyKey: "welcome:ada"}}
 }
 
 func TestJobRecordGoldenFilesStillDecode(t *testing.T) {

@@ -36,7 +36,7 @@ func (s *Store) ListJobsInState(ctx context.Context, req db.StateListRequest) ([
 // listClaimed lists up to req.Limit claimed jobs from the claimed
 // index: queue by queue in name order, the lease that ends first first.
 // Expired leases that nobody reclaimed yet are included (they are still the
-// current claim). It returns ErrInvalidArgument for a bad queue or limit.
+// current claim). It returns CodeInvalid for a bad queue or limit.
 func listClaimed(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error) {
 	out = []db.Job{}
 	err = func() error {
@@ -60,7 +60,7 @@ func listClaimed(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error
 // listScheduled lists up to req.Limit scheduled jobs from the
 // scheduled index, the earliest run_at first. That index is not keyed by
 // queue, so with req.Queue it reads at most listScanBudget entries and may
-// return fewer jobs than exist. It returns ErrInvalidArgument for a bad
+// return fewer jobs than exist. It returns CodeInvalid for a bad
 // queue or limit.
 func listScheduled(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error) {
 	out = []db.Job{}
@@ -84,7 +84,7 @@ func listScheduled(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err err
 
 // listDead lists up to req.Limit dead jobs from the dead index: queue
 // by queue in name order, the most recent death first within a queue. It
-// returns ErrInvalidArgument for a bad queue or limit.
+// returns CodeInvalid for a bad queue or limit.
 func listDead(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error) {
 	out = []db.Job{}
 	err = func() error {

@@ -190,24 +190,22 @@ func (s *Store) view(fn func(tx *bbolt.Tx) error) error {
 
 // writeOp is one mutation waiting for a shared commit.
 type writeOp struct {
-	fn   func(tx *bbolt.Tx) error
+	m    mutation
 	err  error
 	done chan struct{}
 }
 
-// update runs fn inside a write transaction shared with other concurrent
-// mutations and returns after that transaction committed (or failed). fn
-// must check everything before it writes: a refusal (see isRefusal) leaves
-// the shared transaction to the others, any other error aborts it and fails
-// every mutation in it. fn runs exactly once.
-func (s *Store) update(ctx context.Context, fn func(tx *bbolt.Tx) error) error {
+// update runs m inside a write transaction shared with other concurrent
+// mutations and returns after that transaction committed (or failed): m's
+// refusal, or the error that aborted the commit. m runs exactly once.
+func (s *Store) update(ctx context.Context, m mutation) error {
 	if s.opts.ReadOnly {
 		return fmt.Errorf("db: store is read-only")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &writeOp{fn: fn, done: make(chan struct{})}
+	op := &writeOp{m: m, done: make(chan struct{})}
 	select {
 	case s.writes <- op:
 	case <-s.closing:
@@ -306,6 +304,12 @@ func (s *Store) gather(batch *[]*writeOp) {
 	}
 }
 
+// commitBatch runs each mutation of batch in turn in one write
+// transaction: its decide step, then each step of its apply followed by the
+// hand-off of the jobs that step made available (handOff). A refusal fails
+// its mutation alone; an error in apply or a hand-off aborts the commit and
+// fails every mutation in it. Waiters are woken only after the commit
+// (notify registers that on the transaction).
 func (s *Store) commitBatch(batch []*writeOp) {
 	finish := func(err error) {
 		for _, op := range batch {
@@ -327,14 +331,27 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		finish(fmt.Errorf("db: begin: %w", err))
 		return
 	}
+	w := &writer{reader: reader{tx}}
 	for _, op := range batch {
-		err := runOp(op.fn, tx)
-		if err != nil && !db.IsRefusal(err) {
-			_ = tx.Rollback()
-			abort(err)
-			return
+		now := s.opts.Now()
+		if op.err = guard(func() error { return op.m.decide(reader{tx}, now) }); op.err != nil {
+			continue // refused: it wrote nothing
 		}
-		op.err = err
+		w.now = now
+		for step, more := 0, true; more; step++ {
+			err := guard(func() (err error) {
+				more, err = op.m.apply(w, step)
+				return err
+			})
+			if err == nil {
+				err = s.handOff(w)
+			}
+			if err != nil {
+				_ = tx.Rollback()
+				abort(err)
+				return
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		abort(fmt.Errorf("db: commit: %w", err))
@@ -345,14 +362,15 @@ func (s *Store) commitBatch(batch []*writeOp) {
 	finish(nil)
 }
 
-// runOp turns a panic in a mutation into an error that aborts its commit.
-func runOp(fn func(tx *bbolt.Tx) error, tx *bbolt.Tx) (err error) {
+// guard turns a panic in a mutation into an error: in decide it fails
+// that mutation, in apply it aborts the commit.
+func guard(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("db: internal error: %v", r)
 		}
 	}()
-	return fn(tx)
+	return fn()
 }
 
 // Ping reports whether the store can serve a read transaction.

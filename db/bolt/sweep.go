@@ -2,11 +2,9 @@ package bolt
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	bbolt "go.etcd.io/bbolt"
 )
 
 // SweepOnce deletes up to limit completed or cancelled jobs that finished
@@ -21,37 +19,47 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 	if limit <= 0 {
 		limit = db.DefaultSweepBatch
 	}
-	var deleted int
-	err := s.update(ctx, func(tx *bbolt.Tx) error {
-		now := s.opts.Now()
-		cutoff := now.Add(-retention).UnixNano()
-		var ids []uint64
-		c := tx.Bucket(bucketFinished).Cursor()
-		for k, _ := c.First(); k != nil && len(ids) < limit; k, _ = c.Next() {
-			if timeFromKey(k, 0) > cutoff {
-				break
-			}
-			ids = append(ids, idFromKey(k))
+	op := &sweepOp{retention: retention, limit: limit}
+	if err := s.update(ctx, op); err != nil {
+		return 0, err
+	}
+	return len(op.ids), nil
+}
+
+// sweepOp: decide picks the finished jobs past retention (reads only);
+// apply deletes them with one audit link. A sweep is never refused.
+type sweepOp struct {
+	retention time.Duration
+	limit     int
+	ids       []uint64
+}
+
+func (op *sweepOp) decide(r reader, now time.Time) error {
+	cutoff := now.Add(-op.retention).UnixNano()
+	c := r.tx.Bucket(bucketFinished).Cursor()
+	for k, _ := c.First(); k != nil && len(op.ids) < op.limit; k, _ = c.Next() {
+		if timeFromKey(k, 0) > cutoff {
+			break
 		}
-		deleted = 0
-		if len(ids) == 0 {
-			return nil
+		op.ids = append(op.ids, idFromKey(k))
+	}
+	return nil
+}
+
+func (op *sweepOp) apply(w *writer, _ int) (bool, error) {
+	if len(op.ids) == 0 {
+		return false, nil
+	}
+	for _, id := range op.ids {
+		rec, err := getIndexedJob(w.tx, id)
+		if err != nil {
+			return false, err
 		}
-		for _, id := range ids {
-			rec, err := getIndexedJob(tx, id)
-			if err != nil {
-				return err
-			}
-			if err := deleteJob(tx, rec); err != nil {
-				return err
-			}
+		if err := w.deleteJob(rec); err != nil {
+			return false, err
 		}
-		deleted = len(ids)
-		return appendAudit(tx, now, db.AuditEvent{Principal: "system", Action: "sweep", Subject: "jobs",
-			Details: map[string]string{"deleted": fmt.Sprint(len(ids)), "first_id": fmt.Sprint(ids[0]),
-				"last_id": fmt.Sprint(ids[len(ids)-1]), "retention": retention.String()}})
-	})
-	return deleted, err
+	}
+	return false, w.audit(db.SweepEvent(op.ids, op.retention))
 }
 
 // Sweep runs SweepOnce until a pass deletes fewer than a full batch, and

@@ -2,7 +2,6 @@ package bolt
 
 import (
 	"bytes"
-	"context"
 	"sync"
 	"time"
 
@@ -176,38 +175,6 @@ func (ws *waiters) stopTimer() {
 	}
 }
 
-// handOff claims rec, which has just become available, for the long-polling
-// claim w in the same transaction, and answers w once it has committed:
-// enqueue→claim then costs one commit, not two. w was the oldest waiter of
-// the queue, and a waiter only waits when nothing it could take was
-// claimable. rec is updated to the claimed record. Callers audit their own
-// change before putJob, so the claim follows it in the audit log. If the
-// transaction does not commit, w is woken to claim again.
-// If w's client has gone by then, the job stays claimed until its lease
-// expires, as after any claim whose reply was lost.
-func (s *Store) handOff(tx *bbolt.Tx, rec *jobRecord, w *waiter) error {
-	s.onAbort = append(s.onAbort, func() { s.waiters.deliver(w, nil) })
-	claimed, err := s.claimRecord(tx, s.opts.Now(), rec, w.req)
-	if err != nil {
-		return err
-	}
-	job := claimed.job()
-	tx.OnCommit(func() { s.waiters.deliver(w, &job) })
-	*rec = *claimed // the caller answers with the job as it now is
-	return nil
-}
-
-// signalAvailable wakes one waiter of queue per job made available by tx,
-// once tx has committed.
-func (s *Store) signalAvailable(tx *bbolt.Tx, queue string, n int) {
-	tx.OnCommit(func() { s.waiters.signal(queue, n) })
-}
-
-// signalLater makes sure a waiter is woken at t (a run_at or a lease expiry).
-func (s *Store) signalLater(tx *bbolt.Tx, t time.Time) {
-	tx.OnCommit(func() { s.armTimer(t) })
-}
-
 func (s *Store) armTimer(t time.Time) {
 	s.waiters.wakeAt(t, t.Sub(s.opts.Now()), s.timerFired)
 }
@@ -280,117 +247,4 @@ func claimableByTime(tx *bbolt.Tx, now time.Time, queues []string) (map[string]i
 		}
 	}
 	return due, next
-}
-
-// claimable reports, in a read transaction, whether a claim on queues could
-// find anything, so that an empty claim costs no write transaction (and no
-// fsync). It may say yes when a claim then finds nothing (an expired job
-// with no attempts left); it never says no when a job is claimable.
-func (s *Store) claimable(queues []string) (bool, error) {
-	found := false
-	now := s.opts.Now()
-	err := s.view(func(tx *bbolt.Tx) error {
-		if k, _ := tx.Bucket(bucketScheduled).Cursor().First(); k != nil && timeFromKey(k, 0) <= now.UnixNano() {
-			found = true
-			return nil
-		}
-		for _, q := range queues {
-			prefix := queuePrefix(q)
-			if k, _ := tx.Bucket(bucketReady).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
-				found = true
-				return nil
-			}
-			if k, _ := tx.Bucket(bucketClaimed).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) &&
-				lease.Expired(time.Unix(0, timeFromKey(k, len(prefix))), now) {
-				found = true
-				return nil
-			}
-		}
-		return nil
-	})
-	return found, err
-}
-
-// claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
-// time) when nothing is claimable. It registers as a waiter before each
-// attempt, so a job committed between the attempt and the wait still
-// wakes it. ctx ending (the client went away) ends the wait.
-func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	for {
-		w := s.waiters.register(req)
-		jobs, err := s.claimNow(ctx, req)
-		if err != nil || len(jobs) > 0 {
-			if job := s.releaseWaiter(w); job != nil {
-				jobs = append(jobs, *job) // handed off while this claim ran
-			}
-			return jobs, err
-		}
-		s.armForQueues(req.Queues)
-		s.waiters.sleep(w)
-		select {
-		case <-w.ch:
-			if job := s.waiters.handedOff(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			// Signalled and already unregistered: try again.
-		case <-deadline.C:
-			if job := s.releaseWaiter(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			return nil, nil
-		case <-ctx.Done():
-			s.releaseWaiter(w)
-			return nil, ctx.Err()
-		case <-s.closing:
-			if job := s.releaseWaiter(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			return nil, db.ErrClosed
-		}
-	}
-}
-
-// releaseWaiter unregisters w and returns a job handed off to it, if any.
-// A plain wake-up it received but did not use is passed on, so that no
-// available job is left with sleeping waiters.
-func (s *Store) releaseWaiter(w *waiter) *db.Job {
-	if s.waiters.handedOffPending(w) {
-		// A commit in progress is handing it a job: wait for its outcome
-		// (one commit at most) rather than leave the job claimed for nobody.
-		<-w.ch
-		if job := s.waiters.handedOff(w); job != nil {
-			return job
-		}
-		return nil
-	}
-	signalled := s.waiters.unregister(w)
-	if job := s.waiters.handedOff(w); job != nil {
-		return job
-	}
-	if signalled {
-		for _, q := range w.queues {
-			s.waiters.signal(q, 1)
-		}
-	}
-	return nil
-}
-
-// armForQueues arms the timer at the next time a job of queues becomes
-// claimable by time, read from the indexes' heads.
-func (s *Store) armForQueues(queues []string) {
-	var next time.Time
-	now := s.opts.Now()
-	_ = s.view(func(tx *bbolt.Tx) error {
-		var due map[string]int
-		due, next = claimableByTime(tx, now, queues)
-		if len(due) > 0 {
-			next = now
-		}
-		return nil
-	})
-	if !next.IsZero() {
-		s.armTimer(next)
-	}
 }

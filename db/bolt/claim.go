@@ -1,0 +1,328 @@
+package bolt
+
+// A claim, from the engine operation to the commit: ClaimJobs validates
+// (db.Rules.NormalizeClaim), long-polls when asked (claimWaiting), and
+// sends a claimOp to the commit loop (store.go), which runs its steps —
+// promote due jobs, then claim the best eligible ones (db.Claim) — and,
+// after each step, hands the jobs that became available to waiting
+// long-polls (handOff). Waiters are woken only after the commit.
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/lease"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// ClaimJobs takes up to req.Max of the best eligible jobs in one
+// transaction: available jobs, scheduled jobs whose run_at is due, and
+// claimed jobs whose lease has expired (those whose attempts are exhausted
+// go dead with "lease expired" instead). Each claimed job's Attempts is its
+// fencing token. No eligible job: an empty slice and no error, at once or,
+// with Wait, when a job arrived for somebody else or the wait ended. A
+// claim that finds nothing costs a read transaction, not a commit.
+func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	if err := s.opts.NormalizeClaim(&req); err != nil {
+		return nil, err
+	}
+	if req.Wait > 0 {
+		return s.claimWaiting(ctx, req)
+	}
+	return s.claimNow(ctx, req)
+}
+
+func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	if ok, err := s.claimable(req.Queues); err != nil || !ok {
+		return nil, err
+	}
+	op := &claimOp{s: s, req: req}
+	if err := s.update(ctx, op); err != nil {
+		return nil, err
+	}
+	return jobsOf(op.got), nil
+}
+
+// claimOp claims for one request. A valid claim is never refused: it
+// takes what is eligible, possibly nothing.
+type claimOp struct {
+	s   *Store
+	req db.ClaimRequest
+	got []*jobRecord
+}
+
+func (op *claimOp) decide(reader, time.Time) error { return nil }
+
+func (op *claimOp) apply(w *writer, step int) (bool, error) {
+	return op.s.claimSteps(w, step, op.req, &op.got)
+}
+
+// claimSteps are a claim's apply steps: promote due scheduled jobs (whose
+// hand-off to sleeping long-polls follows, as for any job that becomes
+// available), then claim up to req.Max jobs into got.
+func (s *Store) claimSteps(w *writer, step int, req db.ClaimRequest, got *[]*jobRecord) (more bool, err error) {
+	if step == 0 {
+		return true, s.promoteDue(w, 1000)
+	}
+	for len(*got) < req.Max {
+		rec, err := s.claimOne(w, req)
+		if err != nil || rec == nil {
+			return false, err
+		}
+		*got = append(*got, rec)
+	}
+	return false, nil
+}
+
+func jobsOf(recs []*jobRecord) []db.Job {
+	if recs == nil {
+		return nil
+	}
+	jobs := make([]db.Job, len(recs))
+	for i, r := range recs {
+		jobs[i] = r.job()
+	}
+	return jobs
+}
+
+// promoteDue moves up to limit scheduled jobs whose run_at has come into the
+// ready index, oldest first.
+func (s *Store) promoteDue(w *writer, limit int) error {
+	var due []uint64
+	c := w.tx.Bucket(bucketScheduled).Cursor()
+	for k, _ := c.First(); k != nil && len(due) < limit; k, _ = c.Next() {
+		if timeFromKey(k, 0) > w.now.UnixNano() {
+			break
+		}
+		due = append(due, idFromKey(k))
+	}
+	for _, id := range due {
+		old, err := getIndexedJob(w.tx, id)
+		if err != nil {
+			return err
+		}
+		if err := w.putJob(old, jobRecordOf(db.Promote(&old.JobRecord))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claimOne claims the best eligible job of req.Queues, or returns nil.
+func (s *Store) claimOne(w *writer, req db.ClaimRequest) (*jobRecord, error) {
+	var best *jobRecord
+	for _, q := range req.Queues {
+		for _, find := range []func(*writer, string) (*jobRecord, error){readyHead, s.expiredHead} {
+			rec, err := find(w, q)
+			if err != nil {
+				return nil, err
+			}
+			if rec != nil && (best == nil || db.ClaimsBefore(&rec.JobRecord, &best.JobRecord)) {
+				best = rec
+			}
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	return claimRecord(w, best, req)
+}
+
+// claimRecord writes the claim of best for req (db.Claim) with its audit link.
+func claimRecord(w *writer, best *jobRecord, req db.ClaimRequest) (*jobRecord, error) {
+	next, ev, err := db.Claim(&best.JobRecord, req, w.now)
+	if err != nil {
+		return nil, err
+	}
+	return w.put(best, next, ev)
+}
+
+// readyHead returns the first available job of queue in claim order.
+func readyHead(w *writer, queue string) (*jobRecord, error) {
+	prefix := queuePrefix(queue)
+	k, _ := w.tx.Bucket(bucketReady).Cursor().Seek(prefix)
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		return nil, nil
+	}
+	return getIndexedJob(w.tx, idFromKey(k))
+}
+
+// expiredHead returns the claimed job of queue whose lease expired first, if
+// any expired. Expired jobs with no attempts left go dead on the way.
+func (s *Store) expiredHead(w *writer, queue string) (*jobRecord, error) {
+	prefix := queuePrefix(queue)
+	for {
+		k, _ := w.tx.Bucket(bucketClaimed).Cursor().Seek(prefix)
+		if k == nil || !bytes.HasPrefix(k, prefix) || !lease.Expired(time.Unix(0, timeFromKey(k, len(prefix))), w.now) {
+			return nil, nil
+		}
+		rec, err := getIndexedJob(w.tx, idFromKey(k))
+		if err != nil {
+			return nil, err
+		}
+		if db.ExpiredReclaimable(&rec.JobRecord) {
+			return rec, nil
+		}
+		next, ev := db.KillExpired(&rec.JobRecord, w.now)
+		if _, err := w.put(rec, next, ev); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// handOff is the one place where a job that became available meets a
+// waiting long-poll. The commit loop calls it after each step of a
+// mutation, in the same transaction: each job the step made available goes
+// to the oldest sleeping long-poll of its queue, claimed for it with its
+// own request (so the claim's audit link follows the step's, and the
+// step's reply shows the job claimed); a job nobody sleeps on wakes one
+// waiter after the commit. It also registers, for after the commit, the
+// timer for the earliest run_at or lease expiry the step wrote and the
+// wake-up of acquires waiting for a released lease. A waiter a job was
+// handed to is told after the commit, or woken to claim again if the
+// commit fails. If its client has gone by then, the job stays claimed
+// until its lease expires, as after any claim whose reply was lost.
+func (s *Store) handOff(w *writer) error {
+	for _, rec := range w.available {
+		wt := s.waiters.take(rec.Queue)
+		if wt == nil {
+			queue := rec.Queue
+			w.tx.OnCommit(func() { s.waiters.signal(queue, 1) })
+			continue
+		}
+		s.onAbort = append(s.onAbort, func() { s.waiters.deliver(wt, nil) })
+		claimed, err := claimRecord(w, rec, wt.req)
+		if err != nil {
+			return err
+		}
+		job := claimed.job()
+		w.tx.OnCommit(func() { s.waiters.deliver(wt, &job) })
+		*rec = *claimed // the step's reply is the job as it now is
+	}
+	w.available = w.available[:0]
+	if w.wakeAt != 0 {
+		t := time.Unix(0, w.wakeAt)
+		w.tx.OnCommit(func() { s.armTimer(t) })
+		w.wakeAt = 0
+	}
+	for _, name := range w.released {
+		w.tx.OnCommit(func() { s.nameWaiters.wake(name) })
+	}
+	w.released = w.released[:0]
+	return nil
+}
+
+// claimable reports, in a read transaction, whether a claim on queues could
+// find anything, so that an empty claim costs no write transaction (and no
+// fsync). It may say yes when a claim then finds nothing (an expired job
+// with no attempts left); it never says no when a job is claimable.
+func (s *Store) claimable(queues []string) (bool, error) {
+	found := false
+	now := s.opts.Now()
+	err := s.view(func(tx *bbolt.Tx) error {
+		if k, _ := tx.Bucket(bucketScheduled).Cursor().First(); k != nil && timeFromKey(k, 0) <= now.UnixNano() {
+			found = true
+			return nil
+		}
+		for _, q := range queues {
+			prefix := queuePrefix(q)
+			if k, _ := tx.Bucket(bucketReady).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
+				found = true
+				return nil
+			}
+			if k, _ := tx.Bucket(bucketClaimed).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) &&
+				lease.Expired(time.Unix(0, timeFromKey(k, len(prefix))), now) {
+				found = true
+				return nil
+			}
+		}
+		return nil
+	})
+	return found, err
+}
+
+// claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
+// time) when nothing is claimable. It registers as a waiter before each
+// attempt, so a job committed between the attempt and the wait still
+// wakes it. ctx ending (the client went away) ends the wait.
+func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	deadline := time.NewTimer(req.Wait)
+	defer deadline.Stop()
+	for {
+		w := s.waiters.register(req)
+		jobs, err := s.claimNow(ctx, req)
+		if err != nil || len(jobs) > 0 {
+			if job := s.releaseWaiter(w); job != nil {
+				jobs = append(jobs, *job) // handed off while this claim ran
+			}
+			return jobs, err
+		}
+		s.armForQueues(req.Queues)
+		s.waiters.sleep(w)
+		select {
+		case <-w.ch:
+			if job := s.waiters.handedOff(w); job != nil {
+				return []db.Job{*job}, nil
+			}
+			// Signalled and already unregistered: try again.
+		case <-deadline.C:
+			if job := s.releaseWaiter(w); job != nil {
+				return []db.Job{*job}, nil
+			}
+			return nil, nil
+		case <-ctx.Done():
+			s.releaseWaiter(w)
+			return nil, ctx.Err()
+		case <-s.closing:
+			if job := s.releaseWaiter(w); job != nil {
+				return []db.Job{*job}, nil
+			}
+			return nil, db.ErrClosed
+		}
+	}
+}
+
+// releaseWaiter unregisters w and returns a job handed off to it, if any.
+// A plain wake-up it received but did not use is passed on, so that no
+// available job is left with sleeping waiters.
+func (s *Store) releaseWaiter(w *waiter) *db.Job {
+	if s.waiters.handedOffPending(w) {
+		// A commit in progress is handing it a job: wait for its outcome
+		// (one commit at most) rather than leave the job claimed for nobody.
+		<-w.ch
+		if job := s.waiters.handedOff(w); job != nil {
+			return job
+		}
+		return nil
+	}
+	signalled := s.waiters.unregister(w)
+	if job := s.waiters.handedOff(w); job != nil {
+		return job
+	}
+	if signalled {
+		for _, q := range w.queues {
+			s.waiters.signal(q, 1)
+		}
+	}
+	return nil
+}
+
+// armForQueues arms the timer at the next time a job of queues becomes
+// claimable by time, read from the indexes' heads.
+func (s *Store) armForQueues(queues []string) {
+	var next time.Time
+	now := s.opts.Now()
+	_ = s.view(func(tx *bbolt.Tx) error {
+		var due map[string]int
+		due, next = claimableByTime(tx, now, queues)
+		if len(due) > 0 {
+			next = now
+		}
+		return nil
+	})
+	if !next.IsZero() {
+		s.armTimer(next)
+	}
+}
