@@ -3,10 +3,9 @@ package bolt
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
-	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/fenceq/fenceq/internal/testclock"
 	bbolt "go.etcd.io/bbolt"
 )
+
+var ctx = context.Background()
 
 func newFakeClock() *testclock.Clock {
 	return testclock.New(time.Date(2031, 3, 14, 15, 9, 26, 0, time.UTC))
@@ -187,20 +188,7 @@ type snapshot map[string]string
 
 func takeSnapshot(tb testing.TB, s *Store) snapshot {
 	tb.Helper()
-	snap := snapshot{}
-	err := s.bolt.View(func(tx *bbolt.Tx) error {
-		for _, name := range allBuckets {
-			b := tx.Bucket(name)
-			snap[string(name)+" sequence"] = fmt.Sprint(b.Sequence())
-			if err := b.ForEach(func(k, v []byte) error {
-				snap[string(name)+"/"+hex.EncodeToString(k)] = string(v)
-				return nil
-			}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	snap, err := s.Snapshot()
 	if err != nil {
 		tb.Fatalf("snapshot: %v", err)
 	}
@@ -233,5 +221,24 @@ func assertUnchanged(tb testing.TB, s *Store, before snapshot, what string) {
 	tb.Helper()
 	if d := before.diff(takeSnapshot(tb, s)); len(d) > 0 {
 		tb.Errorf("%s changed the file: %s; want no change", what, strings.Join(d, ", "))
+	}
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// claimAll claims one job at a time for local|w1 until none is left and
+// returns their ids in claim order.
+func claimAll(t *testing.T, s *Store, queues ...string) []uint64 {
+	t.Helper()
+	var ids []uint64
+	for {
+		jobs, err := s.ClaimJobs(ctx, db.ClaimRequest{Principal: "local", Worker: "w1", Queues: queues})
+		if err != nil {
+			t.Fatalf("ClaimJobs(%v) error = %v", queues, err)
+		}
+		if len(jobs) == 0 {
+			return ids
+		}
+		ids = append(ids, jobs[0].ID)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/dbtest"
 )
 
 func listAllJobs(t *testing.T, s *Store) []db.Job {
@@ -27,8 +28,8 @@ func TestReopeningTheFileKeepsEveryJobIndexAndCount(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fenceq.db")
 	s := mustOpenStoreAt(t, path, testOptions(clk))
 	ref := mustOpenStore(t, testOptions(refClk))
-	mixedWorkload(t, s, clk)
-	mixedWorkload(t, ref, refClk)
+	dbtest.MixedWorkload(t, s, clk)
+	dbtest.MixedWorkload(t, ref, refClk)
 	clk.Advance(time.Minute) // scheduled jobs are due and both claims expired
 	refClk.Advance(time.Minute)
 

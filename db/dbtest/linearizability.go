@@ -1,4 +1,4 @@
-package bolt_test
+package dbtest
 
 // Linearizability: goroutines claim, heartbeat, fail, complete and check one
 // job concurrently on a real store (a real bbolt file, group commit), while
@@ -28,8 +28,6 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
-	"github.com/fenceq/fenceq/db/dbtest"
 )
 
 type linKind int
@@ -177,11 +175,11 @@ func toTicks(t time.Time) int64 { return int64(t.Sub(linStart) / linTick) }
 // refusal names a store error as the API would; anything else is a bug.
 func refusal(err error) (string, bool) {
 	switch {
-	case errors.Is(err, dbtest.ErrClaimNotFound):
+	case errors.Is(err, ErrClaimNotFound):
 		return "not_found", true
-	case errors.Is(err, dbtest.ErrClaimMismatch):
+	case errors.Is(err, ErrClaimMismatch):
 		return "failed_precondition", true
-	case errors.Is(err, dbtest.ErrNotCurrent):
+	case errors.Is(err, ErrNotCurrent):
 		return "not_current", true
 	}
 	return "", false
@@ -189,7 +187,7 @@ func refusal(err error) (string, bool) {
 
 // linRound runs clients goroutines against one fresh job and returns the
 // history and the clock at its start.
-func linRound(t *testing.T, s *bolt.Store, clock *linClock, round, clients, opsPerClient int, seed uint64) ([]porcupine.Operation, int64) {
+func linRound(t *testing.T, s db.Store, clock *linClock, round, clients, opsPerClient int, seed uint64) ([]porcupine.Operation, int64) {
 	ctx := context.Background()
 	queue := "lin-" + strconv.Itoa(round)
 	res, err := s.EnqueueJob(ctx, db.EnqueueRequest{Principal: "local", Queue: queue, MaxAttempts: db.MaxMaxAttempts})
@@ -296,7 +294,7 @@ func linRound(t *testing.T, s *bolt.Store, clock *linClock, round, clients, opsP
 
 // linCall makes one call on the store and turns its answer into a linOutput.
 // The job is alone in its queue, so a claim there can only return it.
-func linCall(ctx context.Context, s *bolt.Store, id uint64, queue string, in linInput) (linOutput, error) {
+func linCall(ctx context.Context, s db.Store, id uint64, queue string, in linInput) (linOutput, error) {
 	f := db.Fenced{ID: id, Principal: "local", Worker: in.worker, FencingToken: in.token}
 	var (
 		job db.Job
@@ -338,7 +336,7 @@ func linCall(ctx context.Context, s *bolt.Store, id uint64, queue string, in lin
 	return linOutput{}, err
 }
 
-func TestLinearizable_ClaimsAndFencedCallsOnOneJob(t *testing.T) {
+func testLinearizable_ClaimsAndFencedCallsOnOneJob(t *testing.T, newStore Factory) {
 	rounds := 20
 	if v := os.Getenv("FENCEQ_LIN_ROUNDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -348,12 +346,7 @@ func TestLinearizable_ClaimsAndFencedCallsOnOneJob(t *testing.T) {
 		rounds = n
 	}
 	clock := &linClock{}
-	path := filepath.Join(t.TempDir(), "lin.db")
-	s, err := bolt.Open(path, bolt.Options{Rules: db.Rules{Now: clock.Now}, LockTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("bolt.Open(%s) error = %v", path, err)
-	}
-	defer s.Close()
+	s := newStore(t, db.Rules{Now: clock.Now})
 
 	seed := uint64(time.Now().UnixNano())
 	ops := 0
@@ -378,8 +371,10 @@ func TestLinearizable_ClaimsAndFencedCallsOnOneJob(t *testing.T) {
 			t.Fatalf("round %d (seed %d): history of %d calls is %s, not linearizable; visualization in %s", round, seed, len(history), res, file)
 		}
 	}
-	if err := s.Check(); err != nil {
-		t.Fatalf("Check() = %v", err)
+	if c, ok := s.(Checker); ok {
+		if err := c.Check(); err != nil {
+			t.Fatalf("Check() = %v", err)
+		}
 	}
 	if rep, err := s.VerifyAudit(context.Background()); err != nil || !rep.OK {
 		t.Fatalf("VerifyAudit() = %+v, %v; want OK", rep, err)

@@ -1,4 +1,4 @@
-package bolt_test
+package dbtest
 
 // A model-based test: rapid drives random sequences of enqueue, claim,
 // heartbeat, complete, fail, cancel, retry and clock advances against a real
@@ -19,8 +19,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -30,8 +28,6 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
-	"github.com/fenceq/fenceq/db/dbtest"
 	"github.com/fenceq/fenceq/internal/testclock"
 	"pgregory.net/rapid"
 )
@@ -123,7 +119,7 @@ func validEnqueue(req db.EnqueueRequest) bool {
 func (m *queueModel) enqueueBatch(reqs []db.EnqueueRequest) ([]*mJob, []bool, error) {
 	for _, r := range reqs {
 		if !validEnqueue(r) {
-			return nil, nil, dbtest.ErrInvalidArgument
+			return nil, nil, ErrInvalidArgument
 		}
 	}
 	var jobs []*mJob
@@ -236,7 +232,7 @@ func (m *queueModel) claim(req db.ClaimRequest) ([]*mJob, error) {
 	queues, ok := normalizeQueues(req.Queues)
 	d, okLease := leaseOf(req.Lease)
 	if req.Worker == "" || !ok || !okLease || req.Max < 0 || req.Max > db.MaxClaimBatch {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
 	n := max(req.Max, 1)
 	if !m.claimable(queues) {
@@ -273,11 +269,11 @@ func (m *queueModel) claim(req db.ClaimRequest) ([]*mJob, error) {
 // and, when a token is given, the token is the current claim.
 func (m *queueModel) fenced(f db.Fenced, refused error) (*mJob, error) {
 	if f.FencingToken > modelMaxToken || f.Worker == "" {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
 	j := m.jobs[f.ID]
 	if j == nil {
-		return nil, dbtest.ErrJobNotFound
+		return nil, ErrJobNotFound
 	}
 	if j.state != db.StateClaimed || j.claimedBy != f.Principal+"|"+f.Worker ||
 		(f.FencingToken != 0 && f.FencingToken != j.attempts) {
@@ -288,13 +284,13 @@ func (m *queueModel) fenced(f db.Fenced, refused error) (*mJob, error) {
 
 func (m *queueModel) heartbeat(req db.HeartbeatRequest) (*mJob, error) {
 	if req.FencingToken > modelMaxToken || req.Worker == "" {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
 	d, ok := leaseOf(req.Lease)
 	if !ok {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
-	j, err := m.fenced(req.Fenced, dbtest.ErrClaimNotFound)
+	j, err := m.fenced(req.Fenced, ErrClaimNotFound)
 	if err != nil {
 		return nil, err
 	}
@@ -304,9 +300,9 @@ func (m *queueModel) heartbeat(req db.HeartbeatRequest) (*mJob, error) {
 
 func (m *queueModel) complete(req db.CompleteRequest) (*mJob, error) {
 	if req.FencingToken > modelMaxToken || req.Worker == "" || (len(req.Result) > 0 && !json.Valid(req.Result)) {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
-	j, err := m.fenced(req.Fenced, dbtest.ErrClaimMismatch)
+	j, err := m.fenced(req.Fenced, ErrClaimMismatch)
 	if err != nil {
 		return nil, err
 	}
@@ -329,9 +325,9 @@ func backoff(attempt uint64) time.Duration {
 func (m *queueModel) fail(req db.FailRequest) (*mJob, error) {
 	if req.FencingToken > modelMaxToken || req.Worker == "" ||
 		(req.RetryDelay != nil && (*req.RetryDelay < 0 || *req.RetryDelay > db.MaxDelay)) {
-		return nil, dbtest.ErrInvalidArgument
+		return nil, ErrInvalidArgument
 	}
-	j, err := m.fenced(req.Fenced, dbtest.ErrClaimNotFound)
+	j, err := m.fenced(req.Fenced, ErrClaimNotFound)
 	if err != nil {
 		return nil, err
 	}
@@ -356,9 +352,9 @@ func (m *queueModel) cancel(id uint64) (*mJob, error) {
 	j := m.jobs[id]
 	switch {
 	case j == nil:
-		return nil, dbtest.ErrJobNotFound
+		return nil, ErrJobNotFound
 	case j.state == db.StateCompleted || j.state == db.StateCancelled:
-		return nil, dbtest.ErrWrongState
+		return nil, ErrWrongState
 	}
 	j.state, j.claimedBy, j.leaseExp = db.StateCancelled, "", time.Time{}
 	return j, nil
@@ -368,9 +364,9 @@ func (m *queueModel) retry(id uint64) (*mJob, error) {
 	j := m.jobs[id]
 	switch {
 	case j == nil:
-		return nil, dbtest.ErrJobNotFound
+		return nil, ErrJobNotFound
 	case j.state != db.StateDead && j.state != db.StateCancelled:
-		return nil, dbtest.ErrWrongState
+		return nil, ErrWrongState
 	}
 	j.state, j.runAt = db.StateAvailable, m.now
 	j.maxAttempts = max(j.maxAttempts, min(j.attempts+max(j.budget, 1), modelMaxToken))
@@ -379,7 +375,7 @@ func (m *queueModel) retry(id uint64) (*mJob, error) {
 
 // modelMachine runs one sequence against a store and the model.
 type modelMachine struct {
-	store *bolt.Store
+	store db.Store
 	clock *testclock.Clock
 	model *queueModel
 	ctx   context.Context
@@ -420,17 +416,10 @@ func (t *tally) String() string {
 
 var modelTally tally
 
-func newModelMachine(t *rapid.T, dir string) *modelMachine {
+func newModelMachine(t *rapid.T, tb testing.TB, newStore Factory) *modelMachine {
 	clock := testclock.New(modelStart)
-	path := filepath.Join(dir, fmt.Sprintf("model-%d.db", modelFileSeq.Add(1)))
-	s, err := bolt.Open(path, bolt.Options{Rules: db.Rules{Now: clock.Now, Random: func() float64 { return 0.5 }, DefaultLease: modelDefaultLease, MaxLease: modelMaxLease}, LockTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("bolt.Open(%s) error = %v", path, err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		os.Remove(path)
-	})
+	s := newStore(tb, db.Rules{Now: clock.Now, Random: func() float64 { return 0.5 }, DefaultLease: modelDefaultLease, MaxLease: modelMaxLease})
+	t.Cleanup(func() { s.Close() })
 	return &modelMachine{store: s, clock: clock, model: newQueueModel(), ctx: context.Background()}
 }
 
@@ -683,7 +672,7 @@ func (mm *modelMachine) Check(t *rapid.T) {
 		}
 		sameJob(t, "GetJob", got, mm.model.jobs[id])
 	}
-	if _, err := mm.store.GetJob(mm.ctx, mm.model.nextID); !errors.Is(err, dbtest.ErrJobNotFound) {
+	if _, err := mm.store.GetJob(mm.ctx, mm.model.nextID); !errors.Is(err, ErrJobNotFound) {
 		t.Fatalf("GetJob(%d) (never enqueued) error = %v, want ErrJobNotFound", mm.model.nextID, err)
 	}
 	want := map[string]uint64{}
@@ -705,16 +694,17 @@ func (mm *modelMachine) Check(t *rapid.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Stats() = %v, want %v", got, want)
 	}
-	if err := mm.store.Check(); err != nil {
-		t.Fatalf("Check() = %v", err)
+	if c, ok := mm.store.(Checker); ok {
+		if err := c.Check(); err != nil {
+			t.Fatalf("Check() = %v", err)
+		}
 	}
 }
 
-func TestModel_StoreFollowsTheRules(t *testing.T) {
-	dir := t.TempDir()
+func testModel_StoreFollowsTheRules(t *testing.T, newStore Factory) {
 	var steps atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
-		mm := newModelMachine(rt, dir)
+		mm := newModelMachine(rt, t, newStore)
 		// Weights: claims and fenced calls are the point; the admin
 		// operations and batches less often.
 		weighted := map[string]struct {

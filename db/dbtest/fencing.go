@@ -1,4 +1,4 @@
-package bolt
+package dbtest
 
 import (
 	"bytes"
@@ -9,16 +9,15 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/dbtest"
 )
 
 // A worker paused past its lease and a restart of it under the same name
 // share a holder identity; only the claim number tells them apart. The
 // earlier claim must be refused everywhere and leave no trace.
-func TestAClaimNumberFencesAStaleClaimantOfTheSameName(t *testing.T) {
+func testAClaimNumberFencesAStaleClaimantOfTheSameName(t *testing.T, newStore Factory) {
 	ctx := context.Background()
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 
 	job := mustEnqueue(t, s, db.EnqueueRequest{Payload: json.RawMessage(`{"file":"a.txt"}`)})
 	first := mustClaim(t, s, "w1", 30*time.Second)
@@ -45,16 +44,16 @@ func TestAClaimNumberFencesAStaleClaimantOfTheSameName(t *testing.T) {
 		{"heartbeat", func() error {
 			_, err := s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: stale, Lease: time.Minute})
 			return err
-		}, dbtest.ErrClaimNotFound, "not_found"},
+		}, ErrClaimNotFound, "not_found"},
 		{"fail", func() error {
 			_, err := s.FailJob(ctx, db.FailRequest{Fenced: stale, Error: "stale failure", RetryDelay: durationPtr(0)})
 			return err
-		}, dbtest.ErrClaimNotFound, "not_found"},
+		}, ErrClaimNotFound, "not_found"},
 		{"complete", func() error {
 			_, err := s.CompleteJob(ctx, db.CompleteRequest{Fenced: stale,
 				Result: json.RawMessage(`{"written":"stale"}`), Attestation: json.RawMessage(`{"sha256":"stale"}`)})
 			return err
-		}, dbtest.ErrClaimMismatch, "failed_precondition"},
+		}, ErrClaimMismatch, "failed_precondition"},
 	}
 	for _, r := range refusals {
 		recBefore := rawJob(t, s, job.ID)
@@ -65,7 +64,7 @@ func TestAClaimNumberFencesAStaleClaimantOfTheSameName(t *testing.T) {
 		if !errors.Is(err, r.wantErr) {
 			t.Errorf("%s with token 1 after token 2 was issued: error = %v, want %v (API %s)", r.name, err, r.wantErr, r.apiCode)
 		}
-		if r.wantErr == dbtest.ErrClaimMismatch && errors.Is(err, dbtest.ErrClaimNotFound) {
+		if r.wantErr == ErrClaimMismatch && errors.Is(err, ErrClaimNotFound) {
 			t.Errorf("%s error = %v also matches ErrClaimNotFound, want only ErrClaimMismatch (API %s)", r.name, err, r.apiCode)
 		}
 		if got := rawJob(t, s, job.ID); !bytes.Equal(got, recBefore) {
@@ -127,8 +126,8 @@ func TestAClaimNumberFencesAStaleClaimantOfTheSameName(t *testing.T) {
 
 	// The stale claimant is still refused once the job is done.
 	before := takeSnapshot(t, s)
-	if _, err := s.CompleteJob(ctx, db.CompleteRequest{Fenced: stale, Attestation: json.RawMessage(`{"late":true}`)}); !errors.Is(err, dbtest.ErrClaimMismatch) {
-		t.Errorf("stale complete after completion: error = %v, want %v", err, dbtest.ErrClaimMismatch)
+	if _, err := s.CompleteJob(ctx, db.CompleteRequest{Fenced: stale, Attestation: json.RawMessage(`{"late":true}`)}); !errors.Is(err, ErrClaimMismatch) {
+		t.Errorf("stale complete after completion: error = %v, want %v", err, ErrClaimMismatch)
 	}
 	assertUnchanged(t, s, before, "stale complete after completion")
 }

@@ -1,4 +1,4 @@
-package bolt
+package dbtest
 
 import (
 	"encoding/json"
@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/dbtest"
 	"github.com/fenceq/fenceq/lease"
 )
 
 // claimAll claims one job at a time until none is left and returns the ids
 // in claim order.
-func claimAll(t *testing.T, s *Store, queues ...string) []uint64 {
+func claimAll(t *testing.T, s db.Store, queues ...string) []uint64 {
 	t.Helper()
 	var ids []uint64
 	for {
@@ -31,9 +30,9 @@ func claimAll(t *testing.T, s *Store, queues ...string) []uint64 {
 	}
 }
 
-func TestClaimTakesHigherPriorityFirstAndFIFOWithinAPriority(t *testing.T) {
+func testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	// Enqueued in this order, with the clock still (equal run_at: id order).
 	priorities := []int64{0, 5, 0, math.MinInt64, 5, -3, math.MaxInt64, 0}
 	for _, p := range priorities {
@@ -45,9 +44,9 @@ func TestClaimTakesHigherPriorityFirstAndFIFOWithinAPriority(t *testing.T) {
 	}
 }
 
-func TestClaimTakesTheOlderRunAtFirstWithinAPriority(t *testing.T) {
+func testClaimTakesTheOlderRunAtFirstWithinAPriority(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	t0 := clk.Now()
 	// Ids 1..3 with run_at 3s, 1s and 2s before now: FIFO is by run_at.
 	for _, ago := range []time.Duration{3, 1, 2} {
@@ -58,9 +57,9 @@ func TestClaimTakesTheOlderRunAtFirstWithinAPriority(t *testing.T) {
 	}
 }
 
-func TestClaimOfSeveralQueuesTakesTheBestJobOfAnyOfThem(t *testing.T) {
+func testClaimOfSeveralQueuesTakesTheBestJobOfAnyOfThem(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	a1 := mustEnqueue(t, s, db.EnqueueRequest{Queue: "a"})
 	clk.Advance(time.Millisecond)
 	b1 := mustEnqueue(t, s, db.EnqueueRequest{Queue: "b"})
@@ -83,9 +82,9 @@ func TestClaimOfSeveralQueuesTakesTheBestJobOfAnyOfThem(t *testing.T) {
 	}
 }
 
-func TestADelayedJobIsClaimableOnlyOnceItsRunAtHasCome(t *testing.T) {
+func testADelayedJobIsClaimableOnlyOnceItsRunAtHasCome(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	job := mustEnqueue(t, s, db.EnqueueRequest{Delay: 10 * time.Second, Priority: 50})
 	later := mustEnqueue(t, s, db.EnqueueRequest{Priority: 0})
 
@@ -105,9 +104,9 @@ func TestADelayedJobIsClaimableOnlyOnceItsRunAtHasCome(t *testing.T) {
 	}
 }
 
-func TestADueScheduledJobCompetesByPriority(t *testing.T) {
+func testADueScheduledJobCompetesByPriority(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	low := mustEnqueue(t, s, db.EnqueueRequest{Priority: 1})
 	high := mustEnqueue(t, s, db.EnqueueRequest{Priority: 2, Delay: time.Second})
 	clk.Advance(time.Second)
@@ -116,9 +115,9 @@ func TestADueScheduledJobCompetesByPriority(t *testing.T) {
 	}
 }
 
-func TestEnqueueWithAKnownIdempotencyKeyReturnsTheExistingJob(t *testing.T) {
+func testEnqueueWithAKnownIdempotencyKeyReturnsTheExistingJob(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	first := mustEnqueue(t, s, db.EnqueueRequest{Queue: "orders", IdempotencyKey: "order-7", Payload: json.RawMessage(`{"v":1}`)})
 	clk.Advance(time.Second)
 
@@ -165,9 +164,9 @@ func TestEnqueueWithAKnownIdempotencyKeyReturnsTheExistingJob(t *testing.T) {
 	}
 }
 
-func TestAnExpiredClaimWithNoAttemptsLeftGoesDeadAndTheClaimTakesTheNextJob(t *testing.T) {
+func testAnExpiredClaimWithNoAttemptsLeftGoesDeadAndTheClaimTakesTheNextJob(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	last := mustEnqueue(t, s, db.EnqueueRequest{MaxAttempts: 1, Priority: 10})
 	next := mustEnqueue(t, s, db.EnqueueRequest{})
 	mustClaim(t, s, "w1", 10*time.Second)
@@ -182,17 +181,17 @@ func TestAnExpiredClaimWithNoAttemptsLeftGoesDeadAndTheClaimTakesTheNextJob(t *t
 		t.Errorf("exhausted expired job = state %s last_error %q claimed_by %q lease %d attempts %d, want dead, %q, \"\", 0, 1",
 			rec.State, rec.LastError, rec.ClaimedBy, rec.LeaseExpiresAt, rec.Attempts, "lease expired")
 	}
-	if len(rec.Errors) != 1 || rec.Errors[0] != (errorRecord{Attempt: 1, At: clk.Now().UnixNano(), Error: "lease expired"}) {
+	if len(rec.Errors) != 1 || rec.Errors[0] != (db.ErrorRecord{Attempt: 1, At: clk.Now().UnixNano(), Error: "lease expired"}) {
 		t.Errorf("errors = %+v, want one lease expired error at attempt 1", rec.Errors)
 	}
-	if _, err := s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(last.ID, "w1", 1)}); !errors.Is(err, dbtest.ErrClaimNotFound) {
-		t.Errorf("heartbeat of the dead job's old claim: error = %v, want %v", err, dbtest.ErrClaimNotFound)
+	if _, err := s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(last.ID, "w1", 1)}); !errors.Is(err, ErrClaimNotFound) {
+		t.Errorf("heartbeat of the dead job's old claim: error = %v, want %v", err, ErrClaimNotFound)
 	}
 }
 
-func TestAnExpiredClaimWithNoAttemptsLeftGoesDeadEvenWhenNothingIsClaimed(t *testing.T) {
+func testAnExpiredClaimWithNoAttemptsLeftGoesDeadEvenWhenNothingIsClaimed(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	job := mustEnqueue(t, s, db.EnqueueRequest{MaxAttempts: 1})
 	mustClaim(t, s, "w1", 10*time.Second)
 	clk.Advance(time.Minute)
@@ -210,9 +209,9 @@ func TestAnExpiredClaimWithNoAttemptsLeftGoesDeadEvenWhenNothingIsClaimed(t *tes
 	}
 }
 
-func TestALeaseIsHeldUntilItsExpiryInstant(t *testing.T) {
+func testALeaseIsHeldUntilItsExpiryInstant(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	job := mustEnqueue(t, s, db.EnqueueRequest{})
 	mustClaim(t, s, "w1", 10*time.Second)
 	clk.Advance(10*time.Second - time.Nanosecond)
@@ -223,9 +222,9 @@ func TestALeaseIsHeldUntilItsExpiryInstant(t *testing.T) {
 	}
 }
 
-func TestALateHeartbeatBeforeAnyReclaimIsAccepted(t *testing.T) {
+func testALateHeartbeatBeforeAnyReclaimIsAccepted(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	job := mustEnqueue(t, s, db.EnqueueRequest{})
 	mustClaim(t, s, "w1", 10*time.Second)
 	clk.Advance(25 * time.Second) // well past the lease; nobody claimed since
@@ -243,9 +242,9 @@ func TestALateHeartbeatBeforeAnyReclaimIsAccepted(t *testing.T) {
 	}
 }
 
-func TestClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken(t *testing.T) {
+func testClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, testOptions(clk))
+	s := newStore(t, testRules(clk))
 	a := mustEnqueue(t, s, db.EnqueueRequest{Priority: 1})
 	b := mustEnqueue(t, s, db.EnqueueRequest{})
 	c := mustEnqueue(t, s, db.EnqueueRequest{})
@@ -278,8 +277,8 @@ func TestClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken(t *testing.T) {
 		}
 	}
 	// One job's token is not another's.
-	if _, err := s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(b.ID, "w1", 2)}); !errors.Is(err, dbtest.ErrClaimNotFound) {
-		t.Errorf("heartbeat of job %d with job %d's token 2: error = %v, want %v", b.ID, a.ID, err, dbtest.ErrClaimNotFound)
+	if _, err := s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: fenced(b.ID, "w1", 2)}); !errors.Is(err, ErrClaimNotFound) {
+		t.Errorf("heartbeat of job %d with job %d's token 2: error = %v, want %v", b.ID, a.ID, err, ErrClaimNotFound)
 	}
 
 	jobs, err = s.ClaimJobs(ctx, db.ClaimRequest{Principal: "local", Worker: "w2", Max: 3})
@@ -292,9 +291,9 @@ func TestClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken(t *testing.T) {
 	}
 }
 
-func TestEnqueueJobsWithOneInvalidRequestWritesNothing(t *testing.T) {
+func testEnqueueJobsWithOneInvalidRequestWritesNothing(t *testing.T, newStore Factory) {
 	clk := newFakeClock()
-	s := mustOpenStore(t, Options{Rules: db.Rules{Now: clk.Now, MaxPayloadBytes: 16}})
+	s := newStore(t, db.Rules{Now: clk.Now, MaxPayloadBytes: 16})
 	mustEnqueue(t, s, db.EnqueueRequest{IdempotencyKey: "exists"})
 	tests := []struct {
 		name    string
@@ -302,10 +301,10 @@ func TestEnqueueJobsWithOneInvalidRequestWritesNothing(t *testing.T) {
 		wantErr error
 		wantMsg string
 	}{
-		{"invalid queue", []db.EnqueueRequest{{Queue: "a"}, {Queue: "bad queue"}, {Queue: "c"}}, dbtest.ErrInvalidArgument, "jobs[1]"},
-		{"payload too large", []db.EnqueueRequest{{}, {}, {Payload: json.RawMessage(`"0123456789abcdef"`)}}, dbtest.ErrTooLarge, "jobs[2]"},
-		{"invalid first with a known key after it", []db.EnqueueRequest{{Delay: -1}, {IdempotencyKey: "exists"}}, dbtest.ErrInvalidArgument, "jobs[0]"},
-		{"empty batch", nil, dbtest.ErrInvalidArgument, ""},
+		{"invalid queue", []db.EnqueueRequest{{Queue: "a"}, {Queue: "bad queue"}, {Queue: "c"}}, ErrInvalidArgument, "jobs[1]"},
+		{"payload too large", []db.EnqueueRequest{{}, {}, {Payload: json.RawMessage(`"0123456789abcdef"`)}}, ErrTooLarge, "jobs[2]"},
+		{"invalid first with a known key after it", []db.EnqueueRequest{{Delay: -1}, {IdempotencyKey: "exists"}}, ErrInvalidArgument, "jobs[0]"},
+		{"empty batch", nil, ErrInvalidArgument, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -326,11 +325,11 @@ func TestEnqueueJobsWithOneInvalidRequestWritesNothing(t *testing.T) {
 	}
 }
 
-func TestTheBackoffWithoutARetryDelayStaysWithinItsBounds(t *testing.T) {
+func testTheBackoffWithoutARetryDelayStaysWithinItsBounds(t *testing.T, newStore Factory) {
 	for _, random := range []float64{0, 0.999999} {
 		clk := newFakeClock()
 		b := lease.Backoff{Base: time.Second, Max: 5 * time.Second}
-		s := mustOpenStore(t, Options{Rules: db.Rules{Now: clk.Now, Random: func() float64 { return random }, Backoff: b}})
+		s := newStore(t, db.Rules{Now: clk.Now, Random: func() float64 { return random }, Backoff: b})
 		job := mustEnqueue(t, s, db.EnqueueRequest{MaxAttempts: 6})
 		for attempt := uint64(1); attempt <= 5; attempt++ {
 			clk.Advance(time.Hour)

@@ -1,0 +1,54 @@
+package dbtest
+
+// tests lists the suite, file by file.
+var tests = []test{
+	// audit.go
+	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
+	// claim.go
+	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
+	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},
+	{"ClaimOfSeveralQueuesTakesTheBestJobOfAnyOfThem", testClaimOfSeveralQueuesTakesTheBestJobOfAnyOfThem},
+	{"ADelayedJobIsClaimableOnlyOnceItsRunAtHasCome", testADelayedJobIsClaimableOnlyOnceItsRunAtHasCome},
+	{"ADueScheduledJobCompetesByPriority", testADueScheduledJobCompetesByPriority},
+	{"EnqueueWithAKnownIdempotencyKeyReturnsTheExistingJob", testEnqueueWithAKnownIdempotencyKeyReturnsTheExistingJob},
+	{"AnExpiredClaimWithNoAttemptsLeftGoesDeadAndTheClaimTakesTheNextJob", testAnExpiredClaimWithNoAttemptsLeftGoesDeadAndTheClaimTakesTheNextJob},
+	{"AnExpiredClaimWithNoAttemptsLeftGoesDeadEvenWhenNothingIsClaimed", testAnExpiredClaimWithNoAttemptsLeftGoesDeadEvenWhenNothingIsClaimed},
+	{"ALeaseIsHeldUntilItsExpiryInstant", testALeaseIsHeldUntilItsExpiryInstant},
+	{"ALateHeartbeatBeforeAnyReclaimIsAccepted", testALateHeartbeatBeforeAnyReclaimIsAccepted},
+	{"ClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken", testClaimWithMaxReturnsDistinctJobsEachWithItsOwnToken},
+	{"EnqueueJobsWithOneInvalidRequestWritesNothing", testEnqueueJobsWithOneInvalidRequestWritesNothing},
+	{"TheBackoffWithoutARetryDelayStaysWithinItsBounds", testTheBackoffWithoutARetryDelayStaysWithinItsBounds},
+	// concurrency.go
+	{"ConcurrentMutationsShareCommitsWithoutLosingOrLeakingChanges", testConcurrentMutationsShareCommitsWithoutLosingOrLeakingChanges},
+	// fencing.go
+	{"AClaimNumberFencesAStaleClaimantOfTheSameName", testAClaimNumberFencesAStaleClaimantOfTheSameName},
+	// jobs.go
+	{"EnqueueJobStoresAvailableOrScheduledJobs", testEnqueueJobStoresAvailableOrScheduledJobs},
+	{"JobTransitions", testJobTransitions},
+	{"RefusalsChangeNothing", testRefusalsChangeNothing},
+	// leases.go
+	{"Store_AcquireLease", testStore_AcquireLease},
+	{"Store_AcquireLease_OneWinnerPerRound", testStore_AcquireLease_OneWinnerPerRound},
+	{"Store_RenewLease", testStore_RenewLease},
+	{"Store_ReleaseLease", testStore_ReleaseLease},
+	{"Store_CheckLease", testStore_CheckLease},
+	{"Store_AcquireLease_Wait", testStore_AcquireLease_Wait},
+	{"Store_ListLeases", testStore_ListLeases},
+	{"Store_CheckJob", testStore_CheckJob},
+	// linearizability.go
+	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},
+	// model.go
+	{"Model_StoreFollowsTheRules", testModel_StoreFollowsTheRules},
+	// status.go
+	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
+	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},
+	{"Store_AuditCountsAndSubjects", testStore_AuditCountsAndSubjects},
+	// wait.go
+	{"ClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob", testClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob},
+	{"ClaimWaitEndsWhenItsContextIsCancelled", testClaimWaitEndsWhenItsContextIsCancelled},
+	{"ClaimWaitIsWokenAtRunAtAndAtLeaseExpiry", testClaimWaitIsWokenAtRunAtAndAtLeaseExpiry},
+	{"AnEmptyClaimCostsNoCommit", testAnEmptyClaimCostsNoCommit},
+	{"CompleteAndClaimJobIsOneCommit", testCompleteAndClaimJobIsOneCommit},
+	{"SweepDeletesFinishedJobsPastRetentionOnly", testSweepDeletesFinishedJobsPastRetentionOnly},
+	{"AJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit", testAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit},
+}
