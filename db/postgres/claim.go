@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -46,20 +48,21 @@ func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, du
 type dueAt struct{ at, now int64 }
 
 // claimable reports, in one read, whether a claim on queues could find
-// anything now by the database's clock, and otherwise when the first
-// scheduled job or lease of queues comes due.
+// anything now by the database's clock (or has due jobs of any queue to
+// promote, as every claim does), and otherwise when the first scheduled
+// job or lease of queues comes due.
 func (s *Store) claimable(ctx context.Context, queues []string) (found bool, next, now int64, err error) {
 	var nextp *int64
 	err = s.pool.QueryRow(ctx, `WITH now AS (SELECT `+nowSQL+` AS ns)
 		SELECT (SELECT ns FROM now),
 		  EXISTS (SELECT 1 FROM fenceq_jobs WHERE state = 'available' AND queue = ANY($2))
-		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'scheduled' AND queue = ANY($2) AND run_at <= now.ns)
+		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'scheduled' AND run_at <= now.ns)
 		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'claimed' AND queue = ANY($2) AND lease_expires_at <= now.ns),
 		  (SELECT min(t) FROM unnest($2::text[]) AS q(name), LATERAL (
 		     (SELECT run_at AS t FROM fenceq_jobs WHERE state = 'scheduled' AND queue = q.name ORDER BY run_at LIMIT 1)
 		     UNION ALL
 		     (SELECT lease_expires_at FROM fenceq_jobs WHERE state = 'claimed' AND queue = q.name ORDER BY lease_expires_at LIMIT 1)) AS heads)`,
-		int64(s.offset()), queues).Scan(&now, &found, &nextp)
+		s.clockArg(), queues).Scan(&now, &found, &nextp)
 	if err != nil {
 		return false, 0, 0, s.readError(err)
 	}
@@ -70,50 +73,76 @@ func (s *Store) claimable(ctx context.Context, queues []string) (found bool, nex
 }
 
 // claimIn promotes due scheduled jobs and claims up to req.Max jobs in w's
-// transaction.
+// transaction, choosing as the bbolt engine does: at each step, of every
+// queue's best available job and its claim whose lease expired first, the
+// one db.ClaimsBefore puts first; an expired claim with no attempts left
+// at the head goes dead on the way (db.KillExpired).
 func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 	if err := promoteDue(w, 1000); err != nil {
 		return nil, err
 	}
 	var jobs []db.Job
 	for len(jobs) < req.Max {
-		cands, err := candidates(w, req, req.Max-len(jobs))
+		want := req.Max - len(jobs)
+		ready, expired, err := candidates(w, req, want)
 		if err != nil {
 			return nil, err
 		}
-		if len(cands) == 0 {
+		fetched := 0
+		for _, q := range req.Queues {
+			fetched += len(ready[q]) + len(expired[q])
+		}
+		if fetched == 0 {
 			break
 		}
-		progressed := false
-		for _, old := range cands {
-			if len(jobs) == req.Max {
+		for len(jobs) < req.Max {
+			var best *db.JobRecord
+			for _, q := range req.Queues {
+				for len(expired[q]) > 0 && !db.ExpiredReclaimable(expired[q][0]) {
+					old := expired[q][0]
+					expired[q] = expired[q][1:]
+					next, ev := db.KillExpired(old, w.now)
+					w.audit(ev)
+					if err := putJob(w, old, &next); err != nil {
+						return nil, err
+					}
+				}
+				if r := ready[q]; len(r) > 0 && (best == nil || db.ClaimsBefore(r[0], best)) {
+					best = r[0]
+				}
+				if e := expired[q]; len(e) > 0 && (best == nil || db.ClaimsBefore(e[0], best)) {
+					best = e[0]
+				}
+			}
+			if best == nil {
 				break
 			}
-			if old.State == db.StateClaimed && !db.ExpiredReclaimable(old) {
-				next, ev := db.KillExpired(old, w.now)
-				if err := putJob(w, old, &next); err != nil {
-					return nil, err
-				}
-				w.audit(ev)
-				progressed = true
-				continue
-			}
-			next, ev, err := db.Claim(old, req, w.now)
+			advance(ready, expired, req.Queues, best)
+			next, ev, err := db.Claim(best, req, w.now)
 			if err != nil {
 				return nil, err
 			}
-			if err := putJob(w, old, &next); err != nil {
+			w.audit(ev)
+			if err := putJob(w, best, &next); err != nil {
 				return nil, err
 			}
-			w.audit(ev)
 			jobs = append(jobs, next.Job())
-			progressed = true
 		}
-		if !progressed {
-			break
+		if fetched < want {
+			break // every eligible row was fetched: nothing is left
 		}
 	}
 	return jobs, nil
+}
+
+// advance drops rec from the head of the list it came from.
+func advance(ready, expired map[string][]*db.JobRecord, queues []string, rec *db.JobRecord) {
+	for _, lists := range []map[string][]*db.JobRecord{ready, expired} {
+		if l := lists[rec.Queue]; len(l) > 0 && l[0] == rec {
+			lists[rec.Queue] = l[1:]
+			return
+		}
+	}
 }
 
 // promoteDue makes up to limit scheduled jobs whose run_at has come
@@ -137,41 +166,45 @@ func promoteDue(w *writer, limit int) error {
 	return rows.Err()
 }
 
-// candidates locks up to n of the best eligible jobs of req.Queues in claim
-// order: per queue the head of the ready index and the claims whose lease
-// expired, merged by db.ClaimsBefore. Rows locked by another transaction
-// are skipped. A few more rows than are claimed may stay locked until the
-// commit; others skip them meanwhile.
-func candidates(w *writer, req db.ClaimRequest, n int) ([]*db.JobRecord, error) {
-	recs, err := queryJobs(w.ctx, w.tx, `SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (
-		  (SELECT `+jobColumns+` FROM fenceq_jobs WHERE state = 'available' AND queue = q.name
-		   ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		  UNION ALL
-		  (SELECT `+jobColumns+` FROM fenceq_jobs WHERE state = 'claimed' AND queue = q.name AND lease_expires_at <= $3
-		   ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)) AS j`,
+// candidates locks, per queue of req, up to n of its available jobs in
+// claim order and up to n of its claims whose lease expired, the earliest
+// expiry first. Rows locked by another transaction are skipped. Rows
+// fetched but not claimed stay locked until the commit; others skip them
+// meanwhile.
+func candidates(w *writer, req db.ClaimRequest, n int) (ready, expired map[string][]*db.JobRecord, err error) {
+	recs, err := queryJobs(w.ctx, w.tx, `WITH ready AS (
+		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
+		    WHERE state = 'available' AND queue = q.name ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j),
+		expired AS (
+		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
+		    WHERE state = 'claimed' AND queue = q.name AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j)
+		SELECT * FROM ready UNION ALL SELECT * FROM expired`,
 		req.Queues, n, w.now.UnixNano())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Sorted by the rules' order; a lease-expired job with no attempts
-	// left sorts first so that it goes dead before the claims.
-	sortJobs(recs, func(a, b *db.JobRecord) bool {
-		ka := a.State == db.StateClaimed && !db.ExpiredReclaimable(a)
-		kb := b.State == db.StateClaimed && !db.ExpiredReclaimable(b)
-		if ka != kb {
-			return ka
-		}
-		return db.ClaimsBefore(a, b)
-	})
-	return recs, nil
-}
-
-func sortJobs(recs []*db.JobRecord, less func(a, b *db.JobRecord) bool) {
-	for i := 1; i < len(recs); i++ {
-		for j := i; j > 0 && less(recs[j], recs[j-1]); j-- {
-			recs[j], recs[j-1] = recs[j-1], recs[j]
+	ready, expired = map[string][]*db.JobRecord{}, map[string][]*db.JobRecord{}
+	for _, r := range recs {
+		if r.State == db.StateAvailable {
+			ready[r.Queue] = append(ready[r.Queue], r)
+		} else {
+			expired[r.Queue] = append(expired[r.Queue], r)
 		}
 	}
+	for _, l := range ready {
+		slices.SortFunc(l, func(a, b *db.JobRecord) int {
+			if db.ClaimsBefore(a, b) {
+				return -1
+			}
+			return 1
+		})
+	}
+	for _, l := range expired {
+		slices.SortFunc(l, func(a, b *db.JobRecord) int {
+			return cmp.Or(cmp.Compare(a.LeaseExpiresAt, b.LeaseExpiresAt), cmp.Compare(a.ID, b.ID))
+		})
+	}
+	return ready, expired, nil
 }
 
 // claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
@@ -184,36 +217,49 @@ func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	for {
-		w := s.waiters.register(req.Queues)
+		w := s.waiters.register(req)
 		jobs, next, err := s.claimNow(ctx, req)
 		if err != nil || len(jobs) > 0 {
-			s.waiters.unregister(w)
+			if job := s.waiters.release(w); job != nil {
+				jobs = append(jobs, *job) // handed off while this claim ran
+			}
 			return jobs, err
 		}
+		s.waiters.sleep(w, next.at)
 		var timer <-chan time.Time
 		var t *time.Timer
 		if next.at != 0 {
-			s.waiters.setNext(w, next.at)
 			t = time.NewTimer(max(time.Duration(next.at-next.now), minTimerWait))
 			timer = t.C
 		}
+		var stop error
+		done := false
 		select {
 		case <-w.ch:
+			if taken, _, _ := s.waiters.outcome(w); !taken {
+				break // a notification: look again
+			}
+			job := s.waiters.release(w)
+			if job != nil {
+				jobs, done = []db.Job{*job}, true
+			}
 		case <-timer:
 		case <-deadline.C:
-			s.waiters.unregister(w)
-			return nil, nil
+			done = true
 		case <-ctx.Done():
-			s.waiters.unregister(w)
-			return nil, ctx.Err()
+			stop, done = ctx.Err(), true
 		case <-s.closing:
-			s.waiters.unregister(w)
-			return nil, db.ErrClosed
+			stop, done = db.ErrClosed, true
 		}
 		if t != nil {
 			t.Stop()
 		}
-		s.waiters.unregister(w)
+		if job := s.waiters.release(w); job != nil && len(jobs) == 0 {
+			return []db.Job{*job}, nil
+		}
+		if done {
+			return jobs, stop
+		}
 	}
 }
 

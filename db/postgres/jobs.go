@@ -54,10 +54,9 @@ func encodeErrors(errs []db.ErrorRecord) ([]byte, error) {
 	return msgpack.Marshal(errs)
 }
 
-// insertJob writes a new job (its id from the table's sequence) and returns
-// it with the id set, or, when its idempotency key is taken, nil. Another
-// replica's transaction that holds the same key makes this one wait for
-// it, not fail.
+// insertJob writes a new job and reports whether it did: a job of the same
+// queue that holds its idempotency key already (found first by enqueue)
+// makes it a no-op rather than an error.
 func insertJob(w *writer, r *db.JobRecord) (uint64, bool, error) {
 	errs, err := encodeErrors(r.Errors)
 	if err != nil {
@@ -68,12 +67,12 @@ func insertJob(w *writer, r *db.JobRecord) (uint64, bool, error) {
 		idem = []byte(r.IdempotencyKey)
 	}
 	var id int64
-	err = w.tx.QueryRow(w.ctx, `INSERT INTO fenceq_jobs (queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
+	err = w.tx.QueryRow(w.ctx, `INSERT INTO fenceq_jobs (id, queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
 		lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		VALUES ($20, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id`,
 		r.Queue, []byte(r.Kind), nullBytes(r.Payload), r.Priority, string(r.State), int64(r.Attempts), int64(r.MaxAttempts), int64(r.Budget), r.ClaimedBy,
-		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem).Scan(&id)
+		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -98,13 +97,12 @@ func putJob(w *writer, old, rec *db.JobRecord) error {
 	if err != nil {
 		return err
 	}
-	moved(w, old, rec)
-	return nil
+	return moved(w, old, rec)
 }
 
 // moved records the count change from old to rec (old nil: a new job) and
 // the wake-ups it calls for.
-func moved(w *writer, old, rec *db.JobRecord) {
+func moved(w *writer, old, rec *db.JobRecord) error {
 	if old == nil || old.Queue != rec.Queue || old.State != rec.State {
 		if old != nil {
 			w.count(old.Queue, old.State, -1)
@@ -113,12 +111,16 @@ func moved(w *writer, old, rec *db.JobRecord) {
 	}
 	switch {
 	case rec.State == db.StateAvailable && (old == nil || old.State != db.StateAvailable):
+		if wt := w.s.waiters.take(rec.Queue); wt != nil {
+			return handOff(w, rec, wt)
+		}
 		w.notify = append(w.notify, notifyAvailable(rec.Queue))
 	case rec.State == db.StateScheduled:
 		w.notify = append(w.notify, notifyLater(rec.Queue, rec.RunAt))
 	case rec.State == db.StateClaimed:
 		w.notify = append(w.notify, notifyLater(rec.Queue, rec.LeaseExpiresAt))
 	}
+	return nil
 }
 
 // getJob loads a job, locked for the transaction when lock is set.
@@ -171,23 +173,34 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db
 }
 
 func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
-	rec, ev := db.Enqueue(0, req, w.now)
-	id, created, err := insertJob(w, &rec)
+	existing := func() (db.EnqueueResult, error) {
+		old, err := scanJob(w.tx.QueryRow(w.ctx, `SELECT `+jobColumns+` FROM fenceq_jobs WHERE queue = $1 AND idempotency_key = $2`,
+			req.Queue, []byte(req.IdempotencyKey)))
+		if err != nil {
+			return db.EnqueueResult{}, err
+		}
+		return db.EnqueueResult{Job: old.Job()}, nil
+	}
+	if req.IdempotencyKey != "" {
+		r, err := existing()
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return r, err
+		}
+	}
+	rec, ev := db.Enqueue(w.newID(), req, w.now)
+	_, created, err := insertJob(w, &rec)
 	if err != nil {
 		return db.EnqueueResult{}, err
 	}
 	if !created {
-		var old *db.JobRecord
-		old, err = scanJob(w.tx.QueryRow(w.ctx, `SELECT `+jobColumns+` FROM fenceq_jobs WHERE queue = $1 AND idempotency_key = $2`,
-			req.Queue, []byte(req.IdempotencyKey)))
-		if err != nil {
-			return db.EnqueueResult{}, fmt.Errorf("idempotency key %q of queue %q: %w", req.IdempotencyKey, req.Queue, err)
-		}
-		return db.EnqueueResult{Job: old.Job()}, nil
+		// Taken since the look above: only by a transaction outside the
+		// batches' order (the head lock), which nothing fenceq runs is.
+		return db.EnqueueResult{}, fmt.Errorf("idempotency key %q of queue %q was taken during the enqueue", req.IdempotencyKey, req.Queue)
 	}
-	rec.ID, ev.Job = id, id
 	w.audit(ev)
-	moved(w, nil, &rec)
+	if err := moved(w, nil, &rec); err != nil {
+		return db.EnqueueResult{}, err
+	}
 	return db.EnqueueResult{Job: rec.Job(), Created: true}, nil
 }
 
@@ -214,10 +227,12 @@ func changeIn(w *writer, id uint64, transition func(old *db.JobRecord, now time.
 	if err != nil {
 		return nil, err
 	}
+	// Audited before putJob: a job made available may be handed to a
+	// waiting claim there, and that claim comes after this change.
+	w.audit(ev)
 	if err := putJob(w, old, &next); err != nil {
 		return nil, err
 	}
-	w.audit(ev)
 	return &next, nil
 }
 
@@ -506,4 +521,38 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int, error)
 			return total, err
 		}
 	}
+}
+
+// Check compares the sharded counters with the jobs they count, and the
+// audit head with the newest link: the invariants the transactions keep.
+// It scans the jobs table; it is for tests and offline checks.
+func (s *Store) Check() error {
+	ctx := context.Background()
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(c.queue, j.queue), coalesce(c.state, j.state), coalesce(c.n, 0), coalesce(j.n, 0)
+		FROM (SELECT queue, state, sum(n)::bigint AS n FROM fenceq_job_counts GROUP BY queue, state HAVING sum(n) <> 0) c
+		FULL JOIN (SELECT queue, state, count(*) AS n FROM fenceq_jobs GROUP BY queue, state) j ON c.queue = j.queue AND c.state = j.state
+		WHERE coalesce(c.n, 0) <> coalesce(j.n, 0)`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q, st string
+		var counted, found int64
+		if err := rows.Scan(&q, &st, &counted, &found); err != nil {
+			return err
+		}
+		return fmt.Errorf("db: postgres: count %s/%s is %d, the jobs table has %d", q, st, counted, found)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var headSeq, maxSeq int64
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT seq FROM fenceq_audit_head WHERE id = 1), coalesce((SELECT max(seq) FROM fenceq_audit), 0)`).Scan(&headSeq, &maxSeq); err != nil {
+		return err
+	}
+	if headSeq != maxSeq {
+		return fmt.Errorf("db: postgres: the audit head is %d, the newest link %d", headSeq, maxSeq)
+	}
+	return nil
 }

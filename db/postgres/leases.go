@@ -179,7 +179,7 @@ func (s *Store) leaseNow(ctx context.Context, name string) (*db.LeaseRecord, tim
 	var r db.LeaseRecord
 	var token, now int64
 	err := s.pool.QueryRow(ctx, `SELECT holder, token, expires_at, acquired_at, updated_at, `+nowSQL+` FROM fenceq_leases WHERE name = $2`,
-		int64(s.offset()), name).Scan(&r.Holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now)
+		s.clockArg(), name).Scan(&r.Holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, time.Time{}, db.LeaseNotFound(name)
 	}
@@ -234,7 +234,7 @@ func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.Le
 		after = ""
 	}
 	rows, err := s.pool.Query(ctx, `SELECT name, holder, token, expires_at, acquired_at, updated_at, `+nowSQL+` FROM fenceq_leases
-		WHERE name >= $2 AND starts_with(name, $2) AND name > $3 ORDER BY name LIMIT $4`, int64(s.offset()), req.Prefix, after, req.Limit+1)
+		WHERE name >= $2 AND starts_with(name, $2) AND name > $3 ORDER BY name LIMIT $4`, s.clockArg(), req.Prefix, after, req.Limit+1)
 	if err != nil {
 		return db.LeasePage{}, s.readError(err)
 	}

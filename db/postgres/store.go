@@ -41,9 +41,9 @@ var migrations embed.FS
 // Options configure a Store. The zero value is usable.
 type Options struct {
 	// Rules are the queue rules' clock and limits, the same for every
-	// engine. Rules.Now, when set, is a test clock: its distance from the
-	// process's own clock is added to the database's clock (see the
-	// package comment), so a suite can move time for the store.
+	// engine. The clock is the database's (clock_timestamp()); Rules.Now,
+	// when set, is a test's clock, used in its place so that a test moves
+	// time for every replica of one database at once.
 	db.Rules
 	// MaxBatch bounds how many mutations share one transaction. Default 64.
 	MaxBatch int
@@ -75,7 +75,7 @@ func (o *Options) setDefaults() {
 type Store struct {
 	pool      *pgxpool.Pool
 	opts      Options
-	testClock bool  // opts.Now was given: apply it as an offset
+	testClock bool  // opts.Now was given: the rules read it instead of the database
 	shard     int16 // this replica's row in the sharded counters
 
 	writes    chan *writeOp
@@ -83,6 +83,7 @@ type Store struct {
 	committed chan struct{}
 	listened  chan struct{}
 	closeOnce sync.Once
+	closed    atomic.Bool
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
@@ -233,7 +234,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // Close waits for the batch in progress, refuses new requests with
 // db.ErrClosed and closes the pool.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
 	<-s.committed
 	<-s.listened
 	s.pool.Close()
@@ -262,30 +263,23 @@ func (s *Store) Ping(ctx context.Context) error {
 	return s.readError(err)
 }
 
-// localNow is this replica's own clock (skewed in tests).
+// localNow is this replica's own clock (skewed in tests). It sets the
+// real-time timers of long-polls, never a time the rules compare.
 func (s *Store) localNow() time.Time { return time.Now().Add(s.opts.LocalClockSkew) }
 
-// offset is what the rules' clock adds to the database's: zero unless a
-// test clock was given.
-func (s *Store) offset() time.Duration {
+// clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
+// the test clock's reading in Unix nanoseconds.
+func (s *Store) clockArg() any {
 	if !s.testClock {
-		return 0
+		return nil
 	}
-	return s.opts.Now().Sub(s.localNow())
+	return s.opts.Now().UnixNano()
 }
 
-// nowSQL is the database's clock in Unix nanoseconds plus the offset in
-// parameter $1.
-const nowSQL = `((extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000 + $1::bigint)`
-
-// readNow reads the database's clock, with the test offset.
-func (s *Store) readNow(ctx context.Context, q querier) (time.Time, error) {
-	var ns int64
-	if err := q.QueryRow(ctx, `SELECT `+nowSQL, int64(s.offset())).Scan(&ns); err != nil {
-		return time.Time{}, err
-	}
-	return time.Unix(0, ns).UTC(), nil
-}
+// nowSQL is the rules' clock in Unix nanoseconds: the database's clock
+// (clock_timestamp(), the same for every replica), or a test's clock given
+// as parameter $1.
+const nowSQL = `coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)`
 
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -394,13 +388,23 @@ func (s *Store) commitLoop() {
 // changes, notifications), kept apart per mutation so that one rolled back
 // leaves nothing.
 type writer struct {
-	ctx    context.Context
-	tx     pgx.Tx
-	now    time.Time
-	events []db.AuditEvent
-	counts map[countKey]int64
-	notify []string
-	after  []func()
+	ctx     context.Context
+	tx      pgx.Tx
+	now     time.Time
+	s       *Store
+	nextID  *int64 // the batch's next job id
+	events  []db.AuditEvent
+	counts  map[countKey]int64
+	notify  []string
+	after   []func() // after the commit
+	onAbort []func() // when this mutation or its batch is rolled back
+}
+
+// newID gives the next job id.
+func (w *writer) newID() uint64 {
+	id := *w.nextID
+	*w.nextID++
+	return uint64(id)
 }
 
 type countKey struct {
@@ -450,13 +454,21 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	}
 	var all writer
 	all.ctx, all.tx, all.now = ctx, tx, now
+	nextID := head.nextID
+	abort := func() {
+		for _, f := range all.onAbort {
+			f()
+		}
+	}
 	ran := batch[:0:0]
 	for _, op := range batch {
-		w := &writer{ctx: ctx, now: now}
+		w := &writer{ctx: ctx, now: now, s: s, nextID: &nextID}
+		idBefore := nextID
 		var sp pgx.Tx
 		if len(batch) > 1 {
 			if sp, err = tx.Begin(ctx); err != nil {
 				_ = tx.Rollback(ctx)
+				abort()
 				finish(s.writeError(err, false))
 				return nil
 			}
@@ -467,6 +479,12 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		err := runOp(op.fn, w)
 		if err == nil && sp != nil {
 			err = sp.Commit(ctx)
+		}
+		if err != nil {
+			nextID = idBefore
+			for _, f := range w.onAbort {
+				f()
+			}
 		}
 		if err != nil && !db.IsRefusal(err) && sp == nil {
 			// The only mutation: its failure is the transaction's.
@@ -482,6 +500,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			if sp != nil {
 				if rerr := sp.Rollback(ctx); rerr != nil {
 					_ = tx.Rollback(ctx)
+					abort()
 					finish(s.writeError(rerr, false))
 					return nil
 				}
@@ -502,10 +521,20 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 		all.notify = append(all.notify, w.notify...)
 		all.after = append(all.after, w.after...)
+		all.onAbort = append(all.onAbort, w.onAbort...)
 		ran = append(ran, op)
+	}
+	if nextID != head.nextID {
+		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET next_job_id = $1 WHERE id = 1`, nextID); err != nil {
+			_ = tx.Rollback(ctx)
+			abort()
+			finish(s.writeError(err, false))
+			return nil
+		}
 	}
 	if err := s.finishBatch(&all, head); err != nil {
 		_ = tx.Rollback(ctx)
+		abort()
 		if retryable(err) {
 			return batch
 		}
@@ -513,8 +542,8 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		return nil
 	}
 	if err := tx.Commit(ctx); err != nil {
+		abort()
 		for _, op := range append(ran, retry...) {
-			op.err = s.writeError(err, true)
 			op.err = commitError(s, err)
 			close(op.done)
 		}
@@ -567,8 +596,9 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 }
 
 type auditHead struct {
-	seq  uint64
-	hash []byte
+	seq    uint64
+	hash   []byte
+	nextID int64
 }
 
 // beginBatch starts a batch's transaction: it locks the audit head, which
@@ -581,8 +611,8 @@ func (s *Store) beginBatch(ctx context.Context) (pgx.Tx, auditHead, time.Time, e
 		return nil, head, time.Time{}, err
 	}
 	var seq, ns int64
-	err = tx.QueryRow(ctx, `SELECT seq, hash, `+nowSQL+` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`, int64(s.offset())).
-		Scan(&seq, &head.hash, &ns)
+	err = tx.QueryRow(ctx, `SELECT seq, hash, next_job_id, `+nowSQL+` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`, s.clockArg()).
+		Scan(&seq, &head.hash, &head.nextID, &ns)
 	if err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, head, time.Time{}, err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -26,11 +27,18 @@ func notifyLater(queue string, ns int64) string {
 
 func notifyReleased(name string) string { return "r " + name }
 
-// waiter is one long-polling claim of this replica.
+// waiter is one long-polling claim of this replica. ch receives a wake-up
+// (a notification, a hand-off); the waiter then looks at its fields.
 type waiter struct {
 	queues []string
-	ch     chan struct{} // one wake-up
-	next   int64         // the due time it sleeps until (rules' clock), 0 for none; under waiters.mu
+	req    db.ClaimRequest // normalized; a job handed off is claimed with it
+	ch     chan struct{}
+	// Under waiters.mu:
+	next      int64   // the due time it sleeps until (rules' clock), 0 for none
+	sleeping  bool    // its own claim found nothing: it may be handed a job
+	taken     bool    // a transaction is handing it a job
+	delivered bool    // that transaction ended: job is the job, or nil
+	job       *db.Job // handed off
 }
 
 // waiters are the long-polling claims of this replica, FIFO per queue.
@@ -39,25 +47,31 @@ type waiters struct {
 	byQueue map[string][]*waiter
 }
 
-func (ws *waiters) register(queues []string) *waiter {
-	w := &waiter{queues: queues, ch: make(chan struct{}, 1)}
+func (ws *waiters) register(req db.ClaimRequest) *waiter {
+	w := &waiter{queues: req.Queues, req: req, ch: make(chan struct{}, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	for _, q := range queues {
+	for _, q := range w.queues {
 		ws.byQueue[q] = append(ws.byQueue[q], w)
 	}
 	return w
 }
 
-func (ws *waiters) setNext(w *waiter, ns int64) {
+// sleep marks w as waiting until ns (0: no due time): from now on it may
+// be handed a job.
+func (ws *waiters) sleep(w *waiter, ns int64) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	w.next = ns
+	w.sleeping, w.next = true, ns
 }
 
 func (ws *waiters) unregister(w *waiter) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	ws.removeLocked(w)
+}
+
+func (ws *waiters) removeLocked(w *waiter) {
 	for _, q := range w.queues {
 		list := ws.byQueue[q]
 		for i, x := range list {
@@ -81,8 +95,80 @@ func wake(w *waiter) {
 	}
 }
 
-// available wakes the oldest waiters of queue: they try to claim, and
-// those that find nothing wait again.
+// take removes and returns the oldest sleeping waiter of queue, or nil: a
+// transaction that made a job of queue available claims it for that
+// waiter (handOff).
+func (ws *waiters) take(queue string) *waiter {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, w := range ws.byQueue[queue] {
+		if w.sleeping && !w.taken {
+			ws.removeLocked(w)
+			w.taken = true
+			return w
+		}
+	}
+	return nil
+}
+
+// deliver answers a taken waiter: the job handed off, or nil when the
+// transaction did not commit (it claims again).
+func (ws *waiters) deliver(w *waiter, job *db.Job) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w.job, w.delivered = job, true
+	wake(w)
+}
+
+// outcome reports, after a wake-up, whether w was taken and its hand-off
+// has ended (done), with the job.
+func (ws *waiters) outcome(w *waiter) (taken, done bool, job *db.Job) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return w.taken, w.delivered, w.job
+}
+
+// release unregisters w and returns a job handed off to it, waiting for a
+// hand-off in progress (one commit at most) to end.
+func (ws *waiters) release(w *waiter) *db.Job {
+	ws.mu.Lock()
+	ws.removeLocked(w)
+	w.sleeping = false
+	taken := w.taken
+	ws.mu.Unlock()
+	if !taken {
+		return nil
+	}
+	for {
+		if _, done, job := ws.outcome(w); done {
+			return job
+		}
+		<-w.ch
+	}
+}
+
+// handOff claims rec, just made available, for the waiting claim wt in w's
+// transaction: enqueue→claim costs one commit. The claim is audited after
+// the change that made rec available (callers audit first). rec becomes
+// the claimed job, which the caller answers with.
+func handOff(w *writer, rec *db.JobRecord, wt *waiter) error {
+	w.onAbort = append(w.onAbort, func() { w.s.waiters.deliver(wt, nil) })
+	next, ev, err := db.Claim(rec, wt.req, w.now)
+	if err != nil {
+		return err
+	}
+	w.audit(ev)
+	if err := putJob(w, rec, &next); err != nil {
+		return err
+	}
+	job := next.Job()
+	w.after = append(w.after, func() { w.s.waiters.deliver(wt, &job) })
+	*rec = next
+	return nil
+}
+
+// available wakes the waiters of queue: they try to claim, and those that
+// find nothing wait again.
 func (ws *waiters) available(queue string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -216,4 +302,29 @@ func (w *nameWaiters) all() {
 		close(lw.ch)
 		delete(w.m, name)
 	}
+}
+
+// WaitingClaims is the number of this replica's claims long-polling queue
+// that found nothing and sleep.
+func (s *Store) WaitingClaims(queue string) int {
+	s.waiters.mu.Lock()
+	defer s.waiters.mu.Unlock()
+	n := 0
+	for _, w := range s.waiters.byQueue[queue] {
+		if w.sleeping {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitingAcquires is the number of this replica's acquires waiting for
+// the named lease.
+func (s *Store) WaitingAcquires(name string) int {
+	s.nameWaiters.mu.Lock()
+	defer s.nameWaiters.mu.Unlock()
+	if lw := s.nameWaiters.m[name]; lw != nil {
+		return lw.n
+	}
+	return 0
 }

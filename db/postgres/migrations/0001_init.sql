@@ -5,7 +5,7 @@
 -- keys do.
 
 CREATE TABLE fenceq_jobs (
-    id               bigserial PRIMARY KEY,
+    id               bigint PRIMARY KEY, -- from fenceq_audit_head.next_job_id
     queue            text COLLATE "C" NOT NULL,
     kind             bytea NOT NULL,
     payload          bytea,
@@ -64,13 +64,17 @@ CREATE TABLE fenceq_audit (
 );
 CREATE INDEX fenceq_audit_subject ON fenceq_audit (subject, seq);
 
--- The chain's head: one row, locked once per batch of a replica.
+-- The chain's head: one row, locked first by every batch of every replica,
+-- which orders the batches. It also holds the next job id, so that ids
+-- are given in that order without gaps (a sequence would leave one for
+-- each rolled-back insert).
 CREATE TABLE fenceq_audit_head (
-    id   smallint PRIMARY KEY CHECK (id = 1),
-    seq  bigint NOT NULL,
-    hash bytea
+    id          smallint PRIMARY KEY CHECK (id = 1),
+    seq         bigint NOT NULL,
+    hash        bytea,
+    next_job_id bigint NOT NULL
 );
-INSERT INTO fenceq_audit_head (id, seq, hash) VALUES (1, 0, NULL);
+INSERT INTO fenceq_audit_head (id, seq, hash, next_job_id) VALUES (1, 0, NULL, 1);
 
 CREATE TABLE fenceq_audit_counts (
     key text COLLATE "C" PRIMARY KEY,
