@@ -77,6 +77,7 @@ type Store struct {
 	opts      Options
 	testClock bool  // opts.Now was given: the rules read it instead of the database
 	shard     int16 // this replica's row in the sharded counters
+	channel   string // the NOTIFY channel of the replicas of this schema
 
 	writes    chan *writeOp
 	closing   chan struct{}
@@ -127,7 +128,18 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
-	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)),
+	// Replicas share a channel per schema: several fenceq databases may
+	// live in schemas of one PostgreSQL database (search_path).
+	var schema string
+	if err := pool.QueryRow(cctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, connectError(cfg.ConnConfig, err)
+	}
+	channel := "fenceq"
+	if schema != "public" {
+		channel += "." + schema
+	}
+	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
 		listened: make(chan struct{})}
 	s.waiters.byQueue = map[string][]*waiter{}
@@ -677,7 +689,7 @@ func (s *Store) finishBatch(w *writer, head auditHead) error {
 	}
 	if len(w.notify) > 0 {
 		slices.Sort(w.notify)
-		b.Queue(`SELECT pg_notify('`+notifyChannel+`', p) FROM unnest($1::text[]) AS p`, slices.Compact(w.notify))
+		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, slices.Compact(w.notify), s.channel)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -11,13 +11,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// notifyChannel is the LISTEN/NOTIFY channel of every replica. A batch
-// sends, on commit, one notification per queue and kind:
+// The replicas of one schema share a LISTEN/NOTIFY channel (Store.channel,
+// "fenceq" in the public schema). A batch sends, on commit, one
+// notification per queue and kind:
 //
 //	"a <queue>"        a job of queue became available
 //	"l <ns> <queue>"   a job of queue becomes claimable at ns (run_at, lease end)
 //	"r <name>"         the named lease was released
-const notifyChannel = "fenceq"
 
 func notifyAvailable(queue string) string { return "a " + queue }
 
@@ -216,7 +216,7 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err == nil {
-			_, err = conn.Exec(ctx, `LISTEN `+notifyChannel)
+			_, err = conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize())
 		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
