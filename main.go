@@ -20,7 +20,6 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -186,7 +185,7 @@ type serveConfig struct {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := newFlagSet("fenceq serve", stderr)
-	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing)")
+	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing), or a postgres:// URL shared by several servers")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7420", "address to serve HTTP on (port 0 picks a free port)")
 	fs.BoolVar(&cfg.requireFencing, "require-fencing", false, "refuse heartbeat, complete and fail without a fencing_token")
 	fs.DurationVar(&cfg.defaultLease, "default-lease", 30*time.Second, "lease of a claim or heartbeat that gives no lease_ms")
@@ -232,16 +231,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
-	// The one place that picks an engine.
-	store, err := bolt.Open(cfg.dbPath, bolt.Options{
-		Rules: db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-			RequireFencing: cfg.requireFencing},
-		SettleTime: settleOption(cfg.commitSettle),
-	})
+	// The one place that picks an engine (engine.go).
+	store, err := openEngine(ctx, cfg.dbPath, db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
+		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing}, settleOption(cfg.commitSettle))
 	if err != nil {
-		if errors.Is(err, bolt.ErrLocked) {
-			return fmt.Errorf("%w; is another fenceq serving this file?", err)
-		}
 		return err
 	}
 	defer store.Close()
@@ -265,7 +258,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath,
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", displayDB(cfg.dbPath),
 		"require_fencing", cfg.requireFencing, "auth", principals != nil)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
@@ -292,9 +285,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		logger.Warn("shutdown did not finish cleanly", "err", err)
 	}
 	if err := store.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", cfg.dbPath, err)
+		return fmt.Errorf("close %s: %w", displayDB(cfg.dbPath), err)
 	}
-	logger.Info("stopped", "db", cfg.dbPath)
+	logger.Info("stopped", "db", displayDB(cfg.dbPath))
 	return nil
 }
 

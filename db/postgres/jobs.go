@@ -20,17 +20,18 @@ func scanJob(row pgx.Row) (*db.JobRecord, error) {
 	var (
 		r                                      db.JobRecord
 		id, attempts, maxAttempts, budget      int64
-		kind, lastError, errs, idem            []byte
+		kind, lastError, errs, idem, claimedBy []byte
 		state                                  string
 		lease, runAt, created, updated, compAt int64
 	)
-	err := row.Scan(&id, &r.Queue, &kind, &r.Payload, &r.Priority, &state, &attempts, &maxAttempts, &budget, &r.ClaimedBy,
+	err := row.Scan(&id, &r.Queue, &kind, &r.Payload, &r.Priority, &state, &attempts, &maxAttempts, &budget, &claimedBy,
 		&lease, &runAt, &created, &updated, &compAt, &lastError, &errs, &r.Result, &r.Attestation, &idem)
 	if err != nil {
 		return nil, err
 	}
 	r.ID, r.Attempts, r.MaxAttempts, r.Budget = uint64(id), uint64(attempts), uint64(maxAttempts), uint64(budget)
 	r.Kind, r.LastError, r.IdempotencyKey, r.State = string(kind), string(lastError), string(idem), db.State(state)
+	r.ClaimedBy = string(claimedBy)
 	r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt = lease, runAt, created, updated, compAt
 	if len(errs) > 0 {
 		if err := msgpack.Unmarshal(errs, &r.Errors); err != nil {
@@ -71,7 +72,7 @@ func insertJob(w *writer, r *db.JobRecord) (uint64, bool, error) {
 		lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key)
 		VALUES ($20, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id`,
-		r.Queue, []byte(r.Kind), nullBytes(r.Payload), r.Priority, string(r.State), int64(r.Attempts), int64(r.MaxAttempts), int64(r.Budget), r.ClaimedBy,
+		r.Queue, []byte(r.Kind), nullBytes(r.Payload), r.Priority, string(r.State), int64(r.Attempts), int64(r.MaxAttempts), int64(r.Budget), []byte(r.ClaimedBy),
 		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
@@ -92,7 +93,7 @@ func putJob(w *writer, old, rec *db.JobRecord) error {
 	}
 	_, err = w.tx.Exec(w.ctx, `UPDATE fenceq_jobs SET state = $2, attempts = $3, max_attempts = $4, claimed_by = $5, lease_expires_at = $6,
 		run_at = $7, updated_at = $8, completed_at = $9, last_error = $10, errors = $11, result = $12, attestation = $13 WHERE id = $1`,
-		int64(rec.ID), string(rec.State), int64(rec.Attempts), int64(rec.MaxAttempts), rec.ClaimedBy, rec.LeaseExpiresAt,
+		int64(rec.ID), string(rec.State), int64(rec.Attempts), int64(rec.MaxAttempts), []byte(rec.ClaimedBy), rec.LeaseExpiresAt,
 		rec.RunAt, rec.UpdatedAt, rec.CompletedAt, []byte(rec.LastError), errs, nullBytes(rec.Result), nullBytes(rec.Attestation))
 	if err != nil {
 		return err

@@ -20,14 +20,15 @@ func getLease(ctx context.Context, q querier, name string, lock bool) (*db.Lease
 	}
 	var r db.LeaseRecord
 	var token int64
-	err := q.QueryRow(ctx, sql, name).Scan(&r.Holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt)
+	var holder []byte
+	err := q.QueryRow(ctx, sql, name).Scan(&holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.Token = uint64(token)
+	r.Token, r.Holder = uint64(token), string(holder)
 	return &r, nil
 }
 
@@ -35,7 +36,7 @@ func putLease(w *writer, name string, r *db.LeaseRecord) error {
 	_, err := w.tx.Exec(w.ctx, `INSERT INTO fenceq_leases (name, holder, token, expires_at, acquired_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, token = excluded.token,
 		expires_at = excluded.expires_at, acquired_at = excluded.acquired_at, updated_at = excluded.updated_at`,
-		name, r.Holder, int64(r.Token), r.ExpiresAt, r.AcquiredAt, r.UpdatedAt)
+		name, []byte(r.Holder), int64(r.Token), r.ExpiresAt, r.AcquiredAt, r.UpdatedAt)
 	return err
 }
 
@@ -178,15 +179,16 @@ func (s *Store) ReleaseLease(ctx context.Context, req db.ReleaseLeaseRequest) (d
 func (s *Store) leaseNow(ctx context.Context, name string) (*db.LeaseRecord, time.Time, error) {
 	var r db.LeaseRecord
 	var token, now int64
+	var holder []byte
 	err := s.pool.QueryRow(ctx, `SELECT holder, token, expires_at, acquired_at, updated_at, `+nowSQL+` FROM fenceq_leases WHERE name = $2`,
-		s.clockArg(), name).Scan(&r.Holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now)
+		s.clockArg(), name).Scan(&holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, time.Time{}, db.LeaseNotFound(name)
 	}
 	if err != nil {
 		return nil, time.Time{}, s.readError(err)
 	}
-	r.Token = uint64(token)
+	r.Token, r.Holder = uint64(token), string(holder)
 	return &r, time.Unix(0, now).UTC(), nil
 }
 
@@ -243,14 +245,15 @@ func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.Le
 		var name string
 		var r db.LeaseRecord
 		var token, now int64
-		if err := rows.Scan(&name, &r.Holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now); err != nil {
+		var holder []byte
+		if err := rows.Scan(&name, &holder, &token, &r.ExpiresAt, &r.AcquiredAt, &r.UpdatedAt, &now); err != nil {
 			return db.LeasePage{}, s.readError(err)
 		}
 		if len(page.Leases) == req.Limit {
 			page.Next = page.Leases[len(page.Leases)-1].Name
 			break
 		}
-		r.Token = uint64(token)
+		r.Token, r.Holder = uint64(token), string(holder)
 		page.Leases = append(page.Leases, r.Lease(name, time.Unix(0, now).UTC()))
 	}
 	return page, s.readError(rows.Err())

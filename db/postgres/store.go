@@ -166,6 +166,10 @@ func connectError(cfg *pgx.ConnConfig, err error) error {
 		}
 		return fmt.Errorf("db: postgres: %s: %s (SQLSTATE %s)", where, pe.Message, pe.Code)
 	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return fmt.Errorf("db: postgres: cannot connect to %s: %v (is PostgreSQL running and listening there?)", where, op.Err)
+	}
 	return fmt.Errorf("db: postgres: cannot connect to %s: %v", where, redact(err))
 }
 

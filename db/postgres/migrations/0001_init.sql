@@ -14,7 +14,7 @@ CREATE TABLE fenceq_jobs (
     attempts         bigint NOT NULL,
     max_attempts     bigint NOT NULL,
     budget           bigint NOT NULL,
-    claimed_by       text COLLATE "C" NOT NULL,
+    claimed_by       bytea NOT NULL,
     lease_expires_at bigint NOT NULL,
     run_at           bigint NOT NULL,
     created_at       bigint NOT NULL,
@@ -48,7 +48,7 @@ CREATE TABLE fenceq_job_counts (
 
 CREATE TABLE fenceq_leases (
     name        text COLLATE "C" PRIMARY KEY,
-    holder      text COLLATE "C" NOT NULL,
+    holder      bytea NOT NULL,
     token       bigint NOT NULL,
     expires_at  bigint NOT NULL,
     acquired_at bigint NOT NULL,
