@@ -35,7 +35,7 @@ const (
 // observer records what the API did: claims, completions and failures that
 // committed (for the throughput chart and the counters in /metrics) and
 // fenced calls that were refused (the zombies). It sees the calls through
-// observedStore, so the handlers need not know about it.
+// observedStore (jobs.go), so the handlers need not know about it.
 type observer struct {
 	now func() time.Time
 
@@ -183,77 +183,6 @@ func (o *observer) counts() observedCounts {
 		c.refusals[k] = v
 	}
 	return c
-}
-
-// observedStore is the Store the handlers use: every call goes to the real
-// store, and the outcomes of claims and fenced calls go to the observer.
-type observedStore struct {
-	Store
-	obs *observer
-}
-
-func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	jobs, err := o.Store.ClaimJobs(ctx, req)
-	if err == nil {
-		o.obs.claimed(len(jobs))
-	}
-	return jobs, err
-}
-
-func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
-	job, err := o.Store.HeartbeatJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "heartbeat", req.Fenced, err)
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
-	job, err := o.Store.CompleteJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-	}
-	return job, err
-}
-
-func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
-	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
-	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
-	} else {
-		o.obs.completed()
-		o.obs.claimed(len(jobs))
-	}
-	return job, jobs, err
-}
-
-func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
-	job, err := o.Store.FailJob(ctx, req)
-	if err != nil {
-		o.refused(ctx, "fail", req.Fenced, err)
-	} else {
-		o.obs.failed(job.State)
-	}
-	return job, err
-}
-
-// refused records a fenced call refused with not_found or
-// failed_precondition — the codes a lost claim produces — with the job's
-// attempts as they are after the refusal. Other errors (bad input, a
-// closed store, a client that went away) are not zombies.
-func (o observedStore) refused(ctx context.Context, op string, f db.Fenced, err error) {
-	apiErr, _ := toAPIError(err)
-	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
-		return
-	}
-	z := zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
-		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message}
-	if job, err := o.Store.GetJob(context.WithoutCancel(ctx), f.ID); err == nil {
-		z.TokenCurrent, z.JobState, z.HeldBy = job.Attempts, string(job.State), job.ClaimedBy
-	}
-	o.obs.refused(z)
 }
 
 // caller is the principal of the request with its roles: every role when

@@ -72,52 +72,6 @@ func indexAudit(tx *bbolt.Tx, rec *db.AuditLink) error {
 	return nil
 }
 
-// buildAuditIndexes fills idx_audit_subject and audit_counts from the log
-// when the file predates them (the buckets are empty but the log is not).
-// It runs once, in the transaction of Open that created the buckets.
-// Records that do not decode are left out: VerifyAudit reports them.
-func buildAuditIndexes(tx *bbolt.Tx) error {
-	audit, subjects, counts := tx.Bucket(bucketAudit), tx.Bucket(bucketAuditSubject), tx.Bucket(bucketAuditCounts)
-	if k, _ := audit.Cursor().First(); k == nil {
-		return nil
-	}
-	needSubjects := isEmptyBucket(subjects)
-	needCounts := isEmptyBucket(counts)
-	if !needSubjects && !needCounts {
-		return nil
-	}
-	tally := map[string]uint64{}
-	err := audit.ForEach(func(k, v []byte) error {
-		var r db.AuditLink
-		if len(k) != 8 || unmarshalRecord(v, &r) != nil {
-			return nil
-		}
-		if needSubjects {
-			if err := subjects.Put(append(auditSubjectPrefix(r.Subject), k...), nil); err != nil {
-				return err
-			}
-		}
-		for _, key := range db.AuditCountKeys(&r) {
-			tally[key]++
-		}
-		return nil
-	})
-	if err != nil || !needCounts {
-		return err
-	}
-	for k, n := range tally {
-		if err := counts.Put([]byte(k), u64(n)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func isEmptyBucket(b *bbolt.Bucket) bool {
-	k, _ := b.Cursor().First()
-	return k == nil
-}
-
 // ListAuditBySubject returns the newest records of req.Subject first, found
 // through the subject index: O(log n + limit), whatever the log's size. A
 // file opened read-only that predates the index has no history to show. It

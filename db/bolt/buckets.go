@@ -44,5 +44,3 @@ var (
 	metaSchemaVersion = []byte("schema_version")
 	metaAuditHead     = []byte("audit_head") // seq (8) ‖ hash (32)
 )
-
-const schemaVersion = 1

@@ -2,6 +2,7 @@ package bolt_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -109,13 +110,14 @@ func TestOpen_BuildsTheNewIndexesOfAnOlderFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file as an early build of schema version 1 left it.
 	err = raw.Update(func(tx *bbolt.Tx) error {
 		for _, b := range []string{"idx_dead", "idx_audit_subject", "audit_counts"} {
 			if err := tx.DeleteBucket([]byte(b)); err != nil {
 				return fmt.Errorf("delete bucket %s: %w", b, err)
 			}
 		}
-		return nil
+		return tx.Bucket([]byte("meta")).Put([]byte("schema_version"), binary.BigEndian.AppendUint64(nil, 1))
 	})
 	raw.Close()
 	if err != nil {

@@ -115,10 +115,13 @@ func Open(path string, opts Options) (*Store, error) {
 			if tx.Bucket(bucketJobs) == nil {
 				return fmt.Errorf("%w: %s has no fenceq buckets", db.ErrCorrupt, path)
 			}
-			return nil
+			// An older file is read as it is (a missing index reads as
+			// empty); a newer one is refused.
+			_, err := openSchema(tx, path)
+			return err
 		})
 	} else {
-		err = bdb.Update(initBuckets)
+		err = bdb.Update(func(tx *bbolt.Tx) error { return initFile(tx, path) })
 	}
 	if err != nil {
 		bdb.Close()
@@ -126,22 +129,6 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.commitLoop()
 	return s, nil
-}
-
-func initBuckets(tx *bbolt.Tx) error {
-	for _, name := range allBuckets {
-		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("db: create bucket %s: %w", name, err)
-		}
-	}
-	meta := tx.Bucket(bucketMeta)
-	if v := meta.Get(metaSchemaVersion); v != nil {
-		if len(v) != 8 || idFromKey(v) != schemaVersion {
-			return fmt.Errorf("%w: schema version %x, this build reads %d", db.ErrCorrupt, v, schemaVersion)
-		}
-		return buildNewIndexes(tx) // indexes added after the file was made
-	}
-	return meta.Put(metaSchemaVersion, u64(schemaVersion))
 }
 
 // Path returns the file the store was opened on.

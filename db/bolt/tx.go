@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -114,3 +115,75 @@ func (w *writer) deleteJob(rec *jobRecord) error { return deleteJob(w.tx, rec) }
 // putLease writes the lease record of name. It is the only place that
 // writes lease records.
 func (w *writer) putLease(name string, rec *leaseRecord) error { return putLease(w.tx, name, rec) }
+
+func getJob(tx *bbolt.Tx, id uint64) (*jobRecord, error) {
+	v := tx.Bucket(bucketJobs).Get(u64(id))
+	if v == nil {
+		return nil, db.JobNotFound(id)
+	}
+	return decodeJob(v)
+}
+
+// getIndexedJob loads a job that an index entry points to. A missing record
+// is corruption, not a refusal: it must abort the commit, never be answered
+// as "job not found" after other writes of the same transaction.
+func getIndexedJob(tx *bbolt.Tx, id uint64) (*jobRecord, error) {
+	rec, err := getJob(tx, id)
+	if db.ErrorCode(err) == db.CodeNotFound {
+		return nil, fmt.Errorf("%w: an index points at job %d, which has no record", db.ErrCorrupt, id)
+	}
+	return rec, err
+}
+
+// indexEntry returns the index bucket and key a record belongs in, if any.
+func indexEntry(r *jobRecord) (bucket, key []byte) {
+	switch r.State {
+	case db.StateAvailable:
+		return bucketReady, readyKey(r)
+	case db.StateScheduled:
+		return bucketScheduled, scheduledKey(r)
+	case db.StateClaimed:
+		return bucketClaimed, claimedKey(r)
+	case db.StateCompleted, db.StateCancelled:
+		return bucketFinished, finishedKey(r)
+	case db.StateDead:
+		return bucketDead, deadKey(r)
+	}
+	return nil, nil
+}
+
+// deleteJob removes a job, its index entries, its count and its
+// idempotency key.
+func deleteJob(tx *bbolt.Tx, rec *jobRecord) error {
+	if b, k := indexEntry(rec); b != nil {
+		if err := tx.Bucket(b).Delete(k); err != nil {
+			return err
+		}
+	}
+	if err := addCount(tx, rec.Queue, rec.State, -1); err != nil {
+		return err
+	}
+	if rec.IdempotencyKey != "" {
+		k := append(queuePrefix(rec.Queue), rec.IdempotencyKey...)
+		if v := tx.Bucket(bucketIdempotency).Get(k); v != nil && idFromKey(v) == rec.ID {
+			if err := tx.Bucket(bucketIdempotency).Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Bucket(bucketJobs).Delete(u64(rec.ID))
+}
+
+func addCount(tx *bbolt.Tx, queue string, state db.State, delta int64) error {
+	b := tx.Bucket(bucketCounts)
+	k := countKey(queue, state)
+	var n uint64
+	if v := b.Get(k); v != nil {
+		n = idFromKey(v)
+	}
+	n = uint64(int64(n) + delta)
+	if n == 0 {
+		return b.Delete(k)
+	}
+	return b.Put(k, u64(n))
+}

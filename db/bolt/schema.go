@@ -1,0 +1,155 @@
+package bolt
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/fenceq/fenceq/db"
+	bbolt "go.etcd.io/bbolt"
+)
+
+// schemaVersion is the file layout this build writes, recorded in meta
+// schema_version. Versions:
+//
+//	1  jobs, their indexes and counts, the audit chain, meta, named leases;
+//	   builds late in version 1 added idx_dead, idx_audit_subject and
+//	   audit_counts and filled them at every open.
+//	2  those three are always present and filled: the upgrade from 1
+//	   builds them, once.
+//
+// Stored state an older build would not understand bumps it, with an
+// upgrade from the version before.
+const schemaVersion = 2
+
+// upgrades[v] brings a file of version v to v+1, inside the transaction of
+// Open that records the new version.
+var upgrades = map[uint64]func(tx *bbolt.Tx) error{
+	1: buildNewIndexes,
+}
+
+// openSchema reads the file's schema version and applies db.CheckSchema:
+// it reports whether the file must be upgraded, and refuses a newer one.
+func openSchema(tx *bbolt.Tx, path string) (have uint64, err error) {
+	if meta := tx.Bucket(bucketMeta); meta != nil {
+		if v := meta.Get(metaSchemaVersion); v != nil {
+			if len(v) != 8 || idFromKey(v) == 0 {
+				return 0, fmt.Errorf("%w: %s: schema version %x", db.ErrCorrupt, path, v)
+			}
+			have = idFromKey(v)
+		}
+	}
+	if _, err := db.CheckSchema(path, have, schemaVersion); err != nil {
+		return 0, err
+	}
+	return have, nil
+}
+
+// initFile makes a new file at schemaVersion or upgrades an older one, in
+// the one transaction of Open: every bucket exists afterwards, and the
+// file records the version it now has.
+func initFile(tx *bbolt.Tx, path string) error {
+	have, err := openSchema(tx, path)
+	if err != nil {
+		return err
+	}
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("db: create bucket %s: %w", name, err)
+		}
+	}
+	if have == schemaVersion {
+		return nil
+	}
+	for v := have; v != 0 && v < schemaVersion; v++ {
+		if err := upgrades[v](tx); err != nil {
+			return fmt.Errorf("db: upgrade %s from schema version %d to %d: %w", path, v, v+1, err)
+		}
+	}
+	return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(schemaVersion))
+}
+
+// buildNewIndexes is the upgrade from version 1 to 2: it fills the index
+// buckets that a file made by an early build of version 1 does not have
+// (initFile creates them empty): the dead-jobs index, the audit subject
+// index and the audit counters. A file of a later build of version 1 has
+// them filled already; then it costs a few lookups.
+func buildNewIndexes(tx *bbolt.Tx) error {
+	if err := buildDeadIndex(tx); err != nil {
+		return err
+	}
+	return buildAuditIndexes(tx)
+}
+
+// buildDeadIndex adds every dead job to an empty idx_dead when the counts
+// say dead jobs exist: one scan of the jobs, once.
+func buildDeadIndex(tx *bbolt.Tx) error {
+	dead := tx.Bucket(bucketDead)
+	if !isEmptyBucket(dead) {
+		return nil
+	}
+	suffix := append([]byte{0}, db.StateDead...)
+	found := false
+	err := tx.Bucket(bucketCounts).ForEach(func(k, _ []byte) error {
+		found = found || bytes.HasSuffix(k, suffix)
+		return nil
+	})
+	if err != nil || !found {
+		return err
+	}
+	return tx.Bucket(bucketJobs).ForEach(func(_, v []byte) error {
+		rec, err := decodeJob(v)
+		if err != nil {
+			return err
+		}
+		if rec.State != db.StateDead {
+			return nil
+		}
+		return dead.Put(deadKey(rec), nil)
+	})
+}
+
+// buildAuditIndexes fills idx_audit_subject and audit_counts from the log
+// when the file predates them (the buckets are empty but the log is not).
+// It runs once, in the transaction of Open that upgrades the file.
+// Records that do not decode are left out: VerifyAudit reports them.
+func buildAuditIndexes(tx *bbolt.Tx) error {
+	audit, subjects, counts := tx.Bucket(bucketAudit), tx.Bucket(bucketAuditSubject), tx.Bucket(bucketAuditCounts)
+	if k, _ := audit.Cursor().First(); k == nil {
+		return nil
+	}
+	needSubjects := isEmptyBucket(subjects)
+	needCounts := isEmptyBucket(counts)
+	if !needSubjects && !needCounts {
+		return nil
+	}
+	tally := map[string]uint64{}
+	err := audit.ForEach(func(k, v []byte) error {
+		var r db.AuditLink
+		if len(k) != 8 || unmarshalRecord(v, &r) != nil {
+			return nil
+		}
+		if needSubjects {
+			if err := subjects.Put(append(auditSubjectPrefix(r.Subject), k...), nil); err != nil {
+				return err
+			}
+		}
+		for _, key := range db.AuditCountKeys(&r) {
+			tally[key]++
+		}
+		return nil
+	})
+	if err != nil || !needCounts {
+		return err
+	}
+	for k, n := range tally {
+		if err := counts.Put([]byte(k), u64(n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isEmptyBucket(b *bbolt.Bucket) bool {
+	k, _ := b.Cursor().First()
+	return k == nil
+}
