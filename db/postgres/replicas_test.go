@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -59,8 +60,8 @@ func TestOpen_RefusesASchemaNewerThanTheBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(bg, u, Options{})
-	want := fmt.Sprintf("the database's schema is version %d, newer than this fenceq knows (%d)", SchemaVersion()+1, SchemaVersion())
-	if err == nil || !strings.Contains(err.Error(), want) {
+	want := fmt.Sprintf("has schema version %d and this build reads versions up to %d", SchemaVersion()+1, SchemaVersion())
+	if !errors.Is(err, db.ErrSchemaNewer) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Open() on a newer schema = %v, want an error saying %q", err, want)
 	}
 	var n int

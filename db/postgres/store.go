@@ -75,8 +75,8 @@ func (o *Options) setDefaults() {
 type Store struct {
 	pool      *pgxpool.Pool
 	opts      Options
-	testClock bool  // opts.Now was given: the rules read it instead of the database
-	shard     int16 // this replica's row in the sharded counters
+	testClock bool   // opts.Now was given: the rules read it instead of the database
+	shard     int16  // this replica's row in the sharded counters
 	channel   string // the NOTIFY channel of the replicas of this schema
 
 	writes    chan *writeOp
@@ -228,8 +228,8 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fenceq_schema`).Scan(&have); err != nil {
 			return fmt.Errorf("db: postgres: schema version: %w", err)
 		}
-		if have > len(names) {
-			return fmt.Errorf("db: postgres: the database's schema is version %d, newer than this fenceq knows (%d): run a newer fenceq, or another database", have, len(names))
+		if _, err := db.CheckSchema("the PostgreSQL database", uint64(have), uint64(len(names))); err != nil {
+			return err
 		}
 		for v := have + 1; v <= len(names); v++ {
 			sql, err := migrations.ReadFile("migrations/" + names[v-1])
