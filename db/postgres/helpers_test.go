@@ -2,64 +2,15 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"testing"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/jackc/pgx/v5"
+	"github.com/fenceq/fenceq/db/postgres/pgtest"
 )
 
-// testURL is the server the tests create their databases on, from
-// FENCEQ_TEST_POSTGRES_URL. Without it the tests skip, except under CI=true
-// where they fail: CI starts a server (.ci/postgres.sh).
-func testURL(tb testing.TB) string {
-	tb.Helper()
-	u := os.Getenv("FENCEQ_TEST_POSTGRES_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatal("FENCEQ_TEST_POSTGRES_URL is not set; CI must start a server (.ci/postgres.sh) for the PostgreSQL tests")
-		}
-		tb.Skip("FENCEQ_TEST_POSTGRES_URL is not set: set it to a postgres:// URL of a server the tests may create databases on (.ci/postgres.sh start DIR prints one)")
-	}
-	return u
-}
+func testURL(tb testing.TB) string { return pgtest.ServerURL(tb) }
 
-// newTestDB creates an empty schema for one test on the server of
-// FENCEQ_TEST_POSTGRES_URL and returns a URL whose search_path is it; it is
-// dropped when the test ends. A schema is much cheaper than a database, and
-// as separate: fenceq's tables, locks' effects and NOTIFY channel are per
-// schema.
-func newTestDB(tb testing.TB) string {
-	tb.Helper()
-	base := testURL(tb)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("connect to FENCEQ_TEST_POSTGRES_URL: %v", err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "fenceq_test_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+name); err != nil {
-		admin.Close(ctx)
-		tb.Fatalf("create schema %s: %v", name, err)
-	}
-	tb.Cleanup(func() {
-		_, _ = admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
-		admin.Close(ctx)
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+func newTestDB(tb testing.TB) string { return pgtest.NewSchema(tb) }
 
 // mustOpen opens a store (a replica) on the database at dbURL, checked and
 // closed when the test ends.
