@@ -72,6 +72,7 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
   fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
+  fenceq copy --from FILE --to postgres://…             copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
@@ -118,6 +119,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return backupCommand(ctx, args, stdout, stderr)
 	case "worker":
 		return workerCommand(ctx, args, stdout, stderr)
+	case "copy":
+		return copyCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
