@@ -10,6 +10,7 @@ import (
 
 	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/db/postgres"
+	"github.com/fenceq/fenceq/internal/cli"
 )
 
 const copyUsage = `fenceq copy --from FILE --to postgres://… copies a bbolt file into an empty
@@ -29,14 +30,14 @@ func copyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Usage = func() { fmt.Fprint(stderr, copyUsage); fs.PrintDefaults() }
 	from := fs.String("from", "", "the bbolt file to copy (its server stopped)")
 	to := fs.String("to", "", "the postgres:// URL of the empty target database")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if *from == "" || *to == "" {
-		return usageError{"copy needs --from FILE and --to postgres://…"}
+		return cli.Usagef("copy needs --from FILE and --to postgres://…")
 	}
 	if !postgres.IsURL(*to) {
-		return usageError{fmt.Sprintf("--to %q is not a postgres:// or postgresql:// URL", displayDB(*to))}
+		return cli.Usagef("--to %q is not a postgres:// or postgresql:// URL", displayDB(*to))
 	}
 	src, err := bolt.Open(*from, bolt.Options{ReadOnly: true, LockTimeout: 500 * time.Millisecond})
 	if errors.Is(err, bolt.ErrLocked) {

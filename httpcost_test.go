@@ -192,7 +192,7 @@ func rawHTTPMain(path string) error {
 	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(serverStats{Commits: uint64(r.lastTx() - r.firstTx), CommittedOps: r.ops.Load()})
+		_ = json.NewEncoder(w).Encode(map[string]uint64{"commits": uint64(r.lastTx() - r.firstTx), "committed_ops": r.ops.Load()})
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

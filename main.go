@@ -20,6 +20,8 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/bench"
+	"github.com/fenceq/fenceq/internal/cli"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -31,25 +33,9 @@ func main() {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "fenceq:", err)
 		}
-		os.Exit(exitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }
-
-func exitCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	var ue usageError
-	if errors.As(err, &ue) {
-		return 2
-	}
-	return 1
-}
-
-// usageError is a mistake on the command line (exit status 2).
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
 
 const usage = `fenceq — a durable job queue in one binary
 
@@ -57,6 +43,7 @@ Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
+  fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq help                                 show this help
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
@@ -72,7 +59,6 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
   fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
-  fenceq copy --from FILE --to postgres://…             copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
@@ -97,69 +83,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stdout, stderr)
-	case "token":
-		return tokenCommand(args, stdout, stderr)
-	case "audit":
-		return auditCLI(ctx, args, stdout, stderr)
 	case "bench":
-		return benchCommand(ctx, args, stdout, stderr)
-	case "enqueue":
-		return enqueueCommand(ctx, args, os.Stdin, stdout, stderr)
-	case "get":
-		return getCommand(ctx, args, stdout, stderr)
-	case "list":
-		return listCommand(ctx, args, stdout, stderr)
-	case "cancel", "retry":
-		return jobActionCommand(ctx, cmd, args, stdout, stderr)
-	case "stats":
-		return statsCommand(ctx, args, stdout, stderr)
-	case "lease":
-		return leaseCommand(ctx, args, stdout, stderr)
-	case "backup":
-		return backupCommand(ctx, args, stdout, stderr)
-	case "worker":
-		return workerCommand(ctx, args, stdout, stderr)
+		return bench.Command(ctx, args, stdout, stderr)
 	case "copy":
 		return copyCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	return usageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
-}
-
-// newFlagSet returns a flag set that reports errors to stderr; parseWithEnv
-// fills it from FENCEQ_* variables and the command line.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-// parseWithEnv applies FENCEQ_<FLAG> variables, then the command line.
-func parseWithEnv(fs *flag.FlagSet, args []string) error {
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "FENCEQ_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(name); ok && envErr == nil {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = usageError{fmt.Sprintf("%s=%q: %v", name, v, err)}
-			}
-		}
-	})
-	if envErr != nil {
-		return envErr
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
+	return cli.Run(ctx, cmd, args, cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 }
 
 type serveConfig struct {
@@ -187,7 +119,7 @@ type serveConfig struct {
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg serveConfig
-	fs := newFlagSet("fenceq serve", stderr)
+	fs := cli.NewFlagSet("fenceq serve", stderr)
 	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing), or a postgres:// URL shared by several servers")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7420", "address to serve HTTP on (port 0 picks a free port)")
 	fs.BoolVar(&cfg.requireFencing, "require-fencing", false, "refuse heartbeat, complete and fail without a fencing_token")
@@ -208,11 +140,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
-		return usageError{"--tls-cert and --tls-key go together"}
+		return cli.Usagef("--tls-cert and --tls-key go together")
 	}
 	var principals *api.Principals
 	if cfg.authFile != "" {
@@ -226,13 +158,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w", cfg.authFile, err)
 		}
 	} else if !cfg.insecure && !isLoopback(cfg.listen) {
-		return usageError{fmt.Sprintf("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
-			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)}
+		return cli.Usagef("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
+			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)
 	}
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
-		return usageError{"--default-lease and --max-lease must be positive, and the default at most the max"}
+		return cli.Usagef("--default-lease and --max-lease must be positive, and the default at most the max")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	// Listen before opening the store: a start that fails on a taken port
+	// must not leave a new, empty --db file behind.
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
+	}
+	defer ln.Close()
 
 	// The one place that picks an engine (engine.go).
 	store, err := openEngine(ctx, cfg.dbPath, db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
@@ -242,12 +182,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer store.Close()
 
-	ln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.listen, err)
-	}
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, MaxWait: cfg.writeTimeout * 4 / 5})
+		Principals: principals, WriteTimeout: cfg.writeTimeout})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,
@@ -341,11 +277,10 @@ func settleOption(d time.Duration) time.Duration {
 // The collector's defaults, each used unless its variable (GOGC,
 // GOMEMLIMIT) is set. The live heap of a server is small (records live in
 // bbolt's mmap, not on the heap), so at Go's default GOGC of 100 the
-// collector runs every few hundred requests: measured, GOGC=400 took 28%
-// off the server's CPU per request and raised the HTTP drain by a third.
-// A heap allowed to grow 5× its live size would, under batch enqueues of
-// 1,000 jobs, pass 130 MiB, so a soft memory limit makes the collector run
-// earlier when the heap nears 64 MiB (docs/performance.md).
+// collector runs every few hundred requests; a higher GOGC lets the heap
+// grow further between collections, and the soft memory limit bounds that
+// growth under large batch enqueues. The measurements behind both numbers
+// are in docs/performance.md ("GC settings").
 const (
 	gcPercentDefault   = 400
 	memoryLimitDefault = 64 << 20

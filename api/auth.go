@@ -180,19 +180,20 @@ const anyRole Role = "any"
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		need, guarded := routeRoles[c.Request().Method+" "+c.Path()]
-		if c.Path() == "/v1/leases/*" && strings.HasSuffix(c.Request().URL.Path, "/check") {
-			// A resource guarded by a lease checks tokens without being a worker.
+		if c.Request().Method == http.MethodPost && c.Path() == "/v1/leases/*" && strings.HasSuffix(c.Request().URL.Path, "/check") {
+			// A resource guarded by a lease checks tokens without being a
+			// worker. Only the POST is the check: GET of a lease whose name
+			// ends in "/check" reads the lease and needs the worker role.
 			need = anyRole
 		}
 		if !guarded && !strings.HasPrefix(c.Path(), "/v1/") {
 			return next(c)
 		}
-		h := c.Request().Header.Get("Authorization")
-		token, ok := strings.CutPrefix(h, "Bearer ")
-		if !ok || token == "" {
+		token, ok := bearerToken(c.Request().Header.Get("Authorization"))
+		if !ok {
 			return &Error{http.StatusUnauthorized, "unauthenticated", "missing bearer token: send Authorization: Bearer <token>"}
 		}
-		p, ok := s.cfg.Principals.Authenticate(strings.TrimSpace(token))
+		p, ok := s.cfg.Principals.Authenticate(token)
 		if !ok {
 			return &Error{http.StatusUnauthorized, "unauthenticated", "unknown bearer token"}
 		}
@@ -211,3 +212,15 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 const rolesKey = "fenceq.roles"
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header. The scheme name is case-insensitive (RFC 9110 §11.1), so
+// "bearer" and "BEARER" are the same scheme; the token itself is not.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}

@@ -257,3 +257,60 @@ func TestNewTokenIsFreshAndAuthenticates(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestLeaseNamedCheckNeedsTheWorkerRoleToRead: the role exception for
+// checks is POST …/check only; GET of a lease whose name ends in "/check"
+// reads the lease, which needs the worker role like any other lease.
+func TestLeaseNamedCheckNeedsTheWorkerRoleToRead(t *testing.T) {
+	f := newAuthFixture(t)
+	if status, body := f.call(t, "work", "POST", "/v1/leases/x%2Fcheck/acquire", `{"holder":"h","ttl_ms":60000}`); status != http.StatusOK {
+		t.Fatalf("acquire x/check = %d %s", status, body)
+	}
+	for _, path := range []string{"/v1/leases/x/check", "/v1/leases/x%2Fcheck"} {
+		status, body := f.call(t, "prod", "GET", path, "")
+		if status != http.StatusForbidden || errCode(body) != "permission_denied" {
+			t.Errorf("GET %s as a producer = %d %s, want 403 permission_denied", path, status, body)
+		}
+		if bytes.Contains(body, []byte(`"holder"`)) {
+			t.Errorf("GET %s as a producer shows the lease: %s", path, body)
+		}
+		if status, body := f.call(t, "work", "GET", path, ""); status != http.StatusOK || !bytes.Contains(body, []byte(`"name":"x/check"`)) {
+			t.Errorf("GET %s as a worker = %d %s, want 200 and the lease", path, status, body)
+		}
+	}
+	// The check itself stays open to every principal.
+	if status, body := f.call(t, "prod", "POST", "/v1/leases/x%2Fcheck/check", `{"fencing_token":1}`); status != http.StatusOK {
+		t.Errorf("POST check of x/check as a producer = %d %s, want 200", status, body)
+	}
+}
+
+// TestBearerSchemeIsCaseInsensitive: RFC 9110 §11.1 makes the scheme name
+// case-insensitive; the token is compared exactly.
+func TestBearerSchemeIsCaseInsensitive(t *testing.T) {
+	f := newAuthFixture(t)
+	send := func(header string) (int, []byte) {
+		req, err := http.NewRequest("GET", f.url+"/v1/queues", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", header)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, b
+	}
+	tok := f.tokens["prod"]
+	for _, h := range []string{"Bearer " + tok, "bearer " + tok, "BEARER " + tok, "beArer  " + tok + " "} {
+		if status, body := send(h); status != http.StatusOK {
+			t.Errorf("Authorization: %q = %d %s, want 200", h[:min(len(h), 12)], status, body)
+		}
+	}
+	for _, h := range []string{"Basic " + tok, "Bearer", "Bearer ", "Bearer" + tok, "bearer " + strings.ToUpper(tok)} {
+		if status, body := send(h); status != http.StatusUnauthorized || errCode(body) != "unauthenticated" {
+			t.Errorf("Authorization: %q = %d %s, want 401 unauthenticated", h[:min(len(h), 12)], status, body)
+		}
+	}
+}

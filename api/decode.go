@@ -58,6 +58,36 @@ func decodeJSON(body []byte, v any, optional bool) error {
 	return nil
 }
 
+// decodeJSONList decodes body, a JSON list, item by item, refusing it as
+// soon as it holds more than limit items: a small body of many tiny items
+// must not be decoded (or committed) whole before it is refused.
+func decodeJSONList[T any](body []byte, limit int, what string) ([]T, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil {
+		return nil, jsonError(err)
+	} else if tok != json.Delim('[') {
+		return nil, invalidArgument("request body must be a JSON list")
+	}
+	var items []T
+	for dec.More() {
+		if len(items) == limit {
+			return nil, invalidArgument("more than %d %s in one request; send at most %d", limit, what, limit)
+		}
+		var item T
+		if err := dec.Decode(&item); err != nil {
+			return nil, jsonError(err)
+		}
+		items = append(items, item)
+	}
+	if _, err := dec.Token(); err != nil { // the closing ]
+		return nil, jsonError(err)
+	}
+	if dec.More() {
+		return nil, invalidArgument("malformed JSON: unexpected data after the JSON value")
+	}
+	return items, nil
+}
+
 func jsonError(err error) error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError

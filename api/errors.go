@@ -25,15 +25,25 @@ func invalidArgument(format string, args ...any) *Error {
 	return &Error{http.StatusBadRequest, "invalid_argument", fmt.Sprintf(format, args...)}
 }
 
-// statuses maps the store's refusal codes to HTTP statuses, in one place.
-// The store's code is the API code; its message is the API message.
-var statuses = map[db.Code]int{
-	db.CodeInvalid:     http.StatusBadRequest,
-	db.CodeTooLarge:    http.StatusRequestEntityTooLarge,
-	db.CodeNotFound:    http.StatusNotFound,
-	db.CodeConflict:    http.StatusConflict,
-	db.CodeUnavailable: http.StatusServiceUnavailable,
+// errorCodes is the one table of the API's error codes and the HTTP
+// statuses each is sent with. Every *Error the server writes has a pair
+// from it, the OpenAPI document's ErrorCode (enum and x-fenceq-statuses)
+// lists exactly it, and api/errorcodes_test.go holds both to that.
+var errorCodes = map[string][]int{
+	"invalid_argument":    {http.StatusBadRequest, http.StatusMethodNotAllowed},
+	"unauthenticated":     {http.StatusUnauthorized},
+	"permission_denied":   {http.StatusForbidden},
+	"not_found":           {http.StatusNotFound},
+	"failed_precondition": {http.StatusConflict},
+	"resource_exhausted":  {http.StatusRequestEntityTooLarge},
+	"cancelled":           {statusClientClosedRequest},
+	"internal":            {http.StatusInternalServerError},
+	"unavailable":         {http.StatusServiceUnavailable},
 }
+
+// statusClientClosedRequest is nginx's status for a request whose client
+// went away before the reply; net/http has no name for it.
+const statusClientClosedRequest = 499
 
 // toAPIError classifies err. Unknown errors are internal: logged in full,
 // shown to the client as "internal error". A full disk is logged the same
@@ -50,34 +60,45 @@ func toAPIError(err error) (*Error, bool) {
 		return &Error{http.StatusServiceUnavailable, "unavailable",
 			"the disk holding the queue is full (no space left on device): the request was not committed; retry when space has been freed"}, false
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The request's own deadline (Config.WriteTimeout) passed before
+		// its mutation was taken into a commit: nothing was written.
+		return &Error{http.StatusServiceUnavailable, "unavailable",
+			"the server could not take the request before its deadline: nothing was committed; retry"}, true
+	}
+	if errors.Is(err, context.Canceled) {
 		// The client went away (a long-poll it stopped waiting for); the
 		// reply is for nobody, and it is not a server fault.
-		return &Error{499, "cancelled", "the request was cancelled by the client"}, true
+		return &Error{statusClientClosedRequest, "cancelled", "the request was cancelled by the client"}, true
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
 		msg := fmt.Sprint(he.Message)
 		switch he.Code {
 		case http.StatusNotFound:
-			return &Error{he.Code, "not_found", "no such endpoint"}, true
+			return &Error{http.StatusNotFound, "not_found", "no such endpoint"}, true
 		case http.StatusMethodNotAllowed:
-			return &Error{he.Code, "invalid_argument", "method not allowed on this endpoint"}, true
+			return &Error{http.StatusMethodNotAllowed, "invalid_argument", "method not allowed on this endpoint"}, true
 		case http.StatusRequestEntityTooLarge:
-			return &Error{he.Code, "resource_exhausted", "request body is too large"}, true
+			return &Error{http.StatusRequestEntityTooLarge, "resource_exhausted", "request body is too large"}, true
 		case http.StatusUnauthorized:
-			return &Error{he.Code, "unauthenticated", msg}, true
+			return &Error{http.StatusUnauthorized, "unauthenticated", msg}, true
 		case http.StatusForbidden:
-			return &Error{he.Code, "permission_denied", msg}, true
+			return &Error{http.StatusForbidden, "permission_denied", msg}, true
 		}
 		if he.Code < 500 {
-			return &Error{he.Code, "invalid_argument", msg}, true
+			// No other client error of echo's is reached by a route of
+			// ours; should one be, it is answered as a plain 400 so that
+			// the status stays one the code table (errorCodes) lists.
+			return &Error{http.StatusBadRequest, "invalid_argument", msg}, true
 		}
 	}
 	var refusal *db.Error
 	if errors.As(err, &refusal) {
-		if status, ok := statuses[refusal.Code]; ok {
-			return &Error{status, string(refusal.Code), refusal.Message}, true
+		// The store's code is the API code (db.Code), sent with its first
+		// status in errorCodes; its message is the API message.
+		if statuses := errorCodes[string(refusal.Code)]; len(statuses) > 0 {
+			return &Error{statuses[0], string(refusal.Code), refusal.Message}, true
 		}
 	}
 	return &Error{http.StatusInternalServerError, "internal", "internal error"}, false
@@ -100,7 +121,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.Error("internal error", "method", req.Method, "path", req.URL.Path, "err", err)
 	} else {
 		// Refusals change nothing and are not audited; they are counted and logged.
-		s.refusals.add(req.Method+" "+c.Path(), apiErr.Code)
+		method, route := routeLabels(c)
+		s.refusals.add(method+" "+route, apiErr.Code)
 		s.log.Info("refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
 			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
 	}

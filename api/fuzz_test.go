@@ -67,11 +67,11 @@ func newFuzzAPI(f *testing.F) *fuzzAPI {
 	return fa
 }
 
-// knownCodes are the error codes of DESIGN.md's table (and "cancelled" for
+// knownCodes are the error codes of docs/design.md's table (and "cancelled" for
 // a request whose context ended).
 var knownCodes = map[string]int{
 	"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
-	"failed_precondition": 409, "already_exists": 409, "resource_exhausted": 413, "cancelled": 499,
+	"failed_precondition": 409, "resource_exhausted": 413, "cancelled": 499,
 }
 
 // post sends body to path and checks the answer's shape. It returns the
@@ -111,7 +111,7 @@ func (fa *fuzzAPI) post(t *testing.T, path string, body []byte) (int, []byte, bo
 		}
 		want, ok := knownCodes[e.Error.Code]
 		if !ok || (want != status && !(e.Error.Code == "resource_exhausted" && status == 429)) {
-			t.Fatalf("POST %s %q: status %d with code %q, want a code from DESIGN.md's table with its status", path, body, status, e.Error.Code)
+			t.Fatalf("POST %s %q: status %d with code %q, want a code from docs/design.md's table with its status", path, body, status, e.Error.Code)
 		}
 	}
 	return status, raw, true

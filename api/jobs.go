@@ -98,6 +98,11 @@ func (b enqueueBody) request(principal string) (db.EnqueueRequest, error) {
 		if err != nil {
 			return req, invalidArgument("run_at %q is not an RFC 3339 time", b.RunAt)
 		}
+		if t.Year() < 1970 {
+			// Refused here, not in the store: year 1 is the zero time,
+			// which the store reads as "run_at not given".
+			return req, invalidArgument("run_at %q is before 1970", b.RunAt)
+		}
 		req.RunAt = t
 	}
 	d, err := msDuration("delay_ms", b.DelayMs)
@@ -116,7 +121,7 @@ func (s *Server) enqueue(c echo.Context) error {
 	batch := bytes.HasPrefix(bytes.TrimSpace(body), []byte("["))
 	var bodies []enqueueBody
 	if batch {
-		err = decodeJSON(body, &bodies, false)
+		bodies, err = decodeJSONList[enqueueBody](body, db.MaxEnqueueBatch, "jobs")
 		if err == nil && len(bodies) == 0 {
 			err = invalidArgument("the list of jobs is empty")
 		}
@@ -414,7 +419,7 @@ func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db
 func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
 	job, err := o.Store.HeartbeatJob(ctx, req)
 	if err != nil {
-		o.refused(ctx, "heartbeat", req.Fenced, err)
+		o.refused("heartbeat", req.Fenced, err)
 	}
 	return job, err
 }
@@ -422,7 +427,7 @@ func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest
 func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
 	job, err := o.Store.CompleteJob(ctx, req)
 	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
+		o.refused("complete", req.Fenced, err)
 	} else {
 		o.obs.completed()
 	}
@@ -432,7 +437,7 @@ func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) 
 func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
 	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
 	if err != nil {
-		o.refused(ctx, "complete", req.Fenced, err)
+		o.refused("complete", req.Fenced, err)
 	} else {
 		o.obs.completed()
 		o.obs.claimed(len(jobs))
@@ -443,7 +448,7 @@ func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteR
 func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
 	job, err := o.Store.FailJob(ctx, req)
 	if err != nil {
-		o.refused(ctx, "fail", req.Fenced, err)
+		o.refused("fail", req.Fenced, err)
 	} else {
 		o.obs.failed(job.State)
 	}
@@ -454,15 +459,12 @@ func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job,
 // failed_precondition — the codes a lost claim produces — with the job's
 // attempts as they are after the refusal. Other errors (bad input, a
 // closed store, a client that went away) are not zombies.
-func (o observedStore) refused(ctx context.Context, op string, f db.Fenced, err error) {
+func (o observedStore) refused(op string, f db.Fenced, err error) {
 	apiErr, _ := toAPIError(err)
 	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
 		return
 	}
-	z := zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
-		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message}
-	if job, err := o.Store.GetJob(context.WithoutCancel(ctx), f.ID); err == nil {
-		z.TokenCurrent, z.JobState, z.HeldBy = job.Attempts, string(job.State), job.ClaimedBy
-	}
-	o.obs.refused(z)
+	// The job's state is read when the status is served (withJobNow).
+	o.obs.refused(zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
+		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message})
 }

@@ -107,6 +107,12 @@ func (s *Server) acquireLease(c echo.Context, name string) error {
 	if req.Wait, err = msDuration("wait_ms", b.WaitMs); err != nil {
 		return err
 	}
+	if req.Wait <= db.MaxLeaseWait {
+		// As for a claim: a wait beyond the server's limit is shortened, so
+		// that the reply (with the token, if the lease was taken) can still
+		// be written before the write timeout cuts the connection.
+		req.Wait = min(req.Wait, s.cfg.MaxWait)
+	}
 	l, err := s.store.AcquireLease(c.Request().Context(), req)
 	if err != nil {
 		return err

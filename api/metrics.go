@@ -1,8 +1,10 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -65,6 +67,23 @@ func (s *Server) serveMetrics(c echo.Context) error {
 var knownMethods = map[string]bool{http.MethodGet: true, http.MethodHead: true, http.MethodPost: true,
 	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true}
 
+// routeLabels names a request by values the server chose, never the caller:
+// the method if it is a known one ("other" if not) and echo's route template
+// ("unmatched" when no route matched). Every count kept per request — the
+// latency histogram, the refusal counts — is keyed by these, so a caller
+// inventing methods or paths cannot grow the server's memory.
+func routeLabels(c echo.Context) (method, route string) {
+	method = c.Request().Method
+	if !knownMethods[method] {
+		method = "other"
+	}
+	route = c.Path()
+	if route == "" {
+		route = "unmatched"
+	}
+	return method, route
+}
+
 // instrument times every request. The route label is echo's route template
 // (c.Path(), "/v1/jobs/:id"), never the raw URL, so job ids and lease names
 // do not become label values; a request no route matched is "unmatched".
@@ -76,18 +95,41 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := next(c); err != nil {
 			c.Error(err)
 		}
-		method := c.Request().Method
-		if !knownMethods[method] {
-			method = "other"
-		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
+		method, route := routeLabels(c)
 		s.metrics.duration.WithLabelValues(method, route, strconv.Itoa(c.Response().Status)).
 			Observe(time.Since(start).Seconds())
 		return nil
 	}
+}
+
+// otherQueues is the queue label of the queues past Config.MetricsMaxQueues.
+// Parentheses are not allowed in queue names, so no queue is called this.
+const otherQueues = "(other)"
+
+// largestQueues keeps the n queues with the most jobs (ties by name) and
+// sums the rest into one otherQueues entry, so that a caller who enqueues
+// into thousands of queue names cannot make every scrape as large.
+func largestQueues(stats []db.QueueStats, n int) []db.QueueStats {
+	if len(stats) <= n {
+		return stats
+	}
+	total := func(q db.QueueStats) (t uint64) {
+		for _, c := range q.Counts {
+			t += c
+		}
+		return t
+	}
+	sorted := slices.Clone(stats)
+	slices.SortFunc(sorted, func(a, b db.QueueStats) int {
+		return cmp.Or(cmp.Compare(total(b), total(a)), cmp.Compare(a.Queue, b.Queue))
+	})
+	other := db.QueueStats{Queue: otherQueues, Counts: map[db.State]uint64{}}
+	for _, q := range sorted[n:] {
+		for st, c := range q.Counts {
+			other.Counts[st] += c
+		}
+	}
+	return append(sorted[:n:n], other)
 }
 
 // storeCollector reads the store's figures at scrape time.
@@ -139,7 +181,7 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	if stats, err := s.store.Stats(ctx); err != nil {
 		ch <- prometheus.NewInvalidMetric(descJobs, err)
 	} else {
-		for _, q := range stats {
+		for _, q := range largestQueues(stats, s.cfg.MetricsMaxQueues) {
 			for _, st := range db.States {
 				gauge(descJobs, float64(q.Counts[st]), q.Queue, string(st))
 			}

@@ -3,6 +3,8 @@ package api
 import (
 	"net/http"
 	"net/http/httptest"
+
+	"github.com/fenceq/fenceq/db"
 )
 
 // Test hooks for openapi_test.go (package api_test), which compares the
@@ -30,4 +32,15 @@ func RouteForTest(s *Server, method, escapedPath string) (string, bool) {
 		}
 	}
 	return c.Path(), false
+}
+
+// ErrorCodesForTest returns the server's table of error codes and the
+// statuses each is sent with (errors.go), and the code → status pairs the
+// store's refusals (db.Codes) are sent with.
+func ErrorCodesForTest() (table map[string][]int, refusals [][2]any) {
+	for _, c := range db.Codes {
+		apiErr, _ := toAPIError(&db.Error{Code: c})
+		refusals = append(refusals, [2]any{apiErr.Code, apiErr.Status})
+	}
+	return errorCodes, refusals
 }

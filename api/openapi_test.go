@@ -31,7 +31,7 @@ import (
 // ways, all with kin-openapi rather than a validator of our own:
 //
 //   - TestOpenAPIDocument: it loads and validates as an OpenAPI 3.1
-//     document, and its fencing_token fields say what DESIGN.md says.
+//     document, and its fencing_token fields say what docs/design.md says.
 //   - TestOpenAPIRoutes: every echo route is documented and every
 //     documented path and method reaches the route it describes.
 //   - TestOpenAPIResponses: a workload against a real server (bbolt file
@@ -93,9 +93,13 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 
 	// Authentication: /v1 operations name a role and use the document's
-	// bearer scheme; the others need no token.
+	// security, which lists both modes: a bearer token (--auth-file) or
+	// none (no --auth-file); the others need no token.
 	if s := doc.Components.SecuritySchemes["bearerAuth"]; s == nil || s.Value.Type != "http" || s.Value.Scheme != "bearer" {
 		t.Errorf("components.securitySchemes.bearerAuth is not an HTTP bearer scheme")
+	}
+	if got, _ := json.Marshal(doc.Security); string(got) != `[{"bearerAuth":[]},{}]` {
+		t.Errorf("security = %s, want [{\"bearerAuth\":[]},{}]: a bearer token with --auth-file, none without", got)
 	}
 	for key, op := range operations(doc) {
 		public := op.Security != nil && len(*op.Security) == 0
@@ -108,6 +112,18 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		} else if !public || role(op) != "" {
 			t.Errorf("%s: want security [] and no x-fenceq-role", key)
+		}
+	}
+
+	// Request bodies are JSON only: the server reads any body as JSON
+	// (curl -d sends form encoding), but a client sends application/json,
+	// and only that is documented.
+	for key, op := range operations(doc) {
+		if op.RequestBody == nil {
+			continue
+		}
+		if types := sortedKeys(op.RequestBody.Value.Content); !slices.Equal(types, []string{"application/json"}) {
+			t.Errorf("%s: request body types %v, want only application/json", key, types)
 		}
 	}
 
@@ -237,6 +253,9 @@ func newContract(t *testing.T, ts *testServer) *contract {
 	t.Helper()
 	doc := loadOpenAPI(t)
 	tightenResponses(doc)
+	// The test's server listens on a port of its own, not the document's
+	// server (fenceq serve's default address).
+	doc.Servers = nil
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		t.Fatalf("gorillamux.NewRouter: %v", err)
@@ -245,7 +264,9 @@ func newContract(t *testing.T, ts *testServer) *contract {
 		IncludeResponseStatus: true, // a status the operation does not document fails
 		MultiError:            true,
 		SkipSettingDefaults:   true,
-		// The document's only scheme is bearerAuth: the request must carry one.
+		// The document's only scheme is bearerAuth: where it is the
+		// alternative tried, the request must carry one. The other
+		// alternative, {}, is a server without --auth-file.
 		AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
 			if in.SecuritySchemeName != "bearerAuth" {
 				return fmt.Errorf("unexpected security scheme %q", in.SecuritySchemeName)
@@ -438,6 +459,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(get("/assets/app.css", ""), http.StatusOK)
 	c.do(get("/assets/app.js?v=0", ""), http.StatusOK)
 	c.do(get("/assets/nope.txt", ""), http.StatusNotFound)
+	c.do(get("/assets/favicon.svg", ""), http.StatusOK)
+	c.do(get("/favicon.ico", ""), http.StatusOK)
 
 	// Enqueue: one (201), the same idempotency key again (200), a list (201).
 	first := c.job(post("/v1/jobs", producer, `{"queue":"emails","kind":"send","payload":{"to":"ada@example.com"},"priority":5,"max_attempts":3,"idempotency_key":"k1"}`), http.StatusCreated)
@@ -543,9 +566,9 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(get("/v1/jobs/999999", producer), http.StatusNotFound)
 	c.do(post("/v1/jobs", producer, fmt.Sprintf(`{"payload":%q}`, strings.Repeat("x", 2000))), http.StatusRequestEntityTooLarge)
 	c.do(post("/v1/jobs", producer, fmt.Sprintf(`{"payload":%q}`, strings.Repeat("x", 20000))), http.StatusRequestEntityTooLarge)
-	r = get("/v1/queues", "")
-	r.breaks = true
-	c.do(r, http.StatusUnauthorized)
+	// No token: the document allows it (a server without --auth-file needs
+	// none), and this server's 401 is documented.
+	c.do(get("/v1/queues", ""), http.StatusUnauthorized)
 	c.do(post("/v1/claim", producer, `{"worker":"p"}`), http.StatusForbidden)
 
 	// Named leases, the name with slashes as one percent-encoded segment.
@@ -678,5 +701,65 @@ func TestOpenAPIRoles(t *testing.T) {
 				t.Errorf("%s (x-fenceq-role %s) as %s (roles %v): got %v, want refused = %v", key, r, who, roles[who], res, !allowed(who, r))
 			}
 		}
+	}
+}
+
+// TestOpenAPIWithoutAnAuthFile: a server without --auth-file needs no
+// token, and the document says so (its security has the empty
+// alternative): the README's calls, sent without a token, conform.
+func TestOpenAPIWithoutAnAuthFile(t *testing.T) {
+	ts := newTestServer(t, db.Rules{}, api.Config{})
+	c := newContract(t, ts)
+	post := func(path, body string) request { return request{method: http.MethodPost, path: path, body: body} }
+	j := c.job(post("/v1/jobs", `{"queue":"emails","payload":{"to":"ada@example.com"}}`), http.StatusCreated)
+	claimed := c.job(post("/v1/claim", `{"worker":"w1","queues":["emails"],"lease_ms":2000}`), http.StatusOK)
+	if claimed.ID != j.ID {
+		t.Fatalf("claimed job %d, want %d", claimed.ID, j.ID)
+	}
+	c.job(request{method: http.MethodGet, path: fmt.Sprintf("/v1/jobs/%d", j.ID)}, http.StatusOK)
+	c.job(post(fmt.Sprintf("/v1/jobs/%d/complete", j.ID), fmt.Sprintf(`{"worker":"w1","fencing_token":%d,"result":{"sent":true}}`, claimed.FencingToken)), http.StatusOK)
+	c.do(post("/v1/leases/%2Fdata%2Fa.csv/acquire", `{"holder":"etl-1","ttl_ms":30000}`), http.StatusOK)
+	c.do(post("/v1/leases/%2Fdata%2Fa.csv/check", `{"fencing_token":1}`), http.StatusOK)
+	c.do(request{method: http.MethodGet, path: "/v1/status?limit=5"}, http.StatusOK)
+	c.do(request{method: http.MethodGet, path: "/v1/whoami"}, http.StatusOK)
+}
+
+// TestOpenAPIRequestFieldsHaveNoDefault: a `default` on a request field
+// makes generated clients (openapi-typescript's types among them) require
+// the field, so the README's {queue, payload} would not type-check. What
+// an absent field means is said in its description instead.
+func TestOpenAPIRequestFieldsHaveNoDefault(t *testing.T) {
+	doc := loadOpenAPI(t)
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(where string, ref *openapi3.SchemaRef)
+	walk = func(where string, ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if s.Default != nil {
+			t.Errorf("%s: default %v in a request body; say what absent means in the description", where, s.Default)
+		}
+		for name, p := range s.Properties {
+			walk(where+"."+name, p)
+		}
+		walk(where+"[]", s.Items)
+		for _, x := range slices.Concat(s.OneOf, s.AnyOf, s.AllOf) {
+			walk(where, x)
+		}
+	}
+	n := 0
+	for key, op := range operations(doc) {
+		if op.RequestBody == nil {
+			continue
+		}
+		for _, media := range op.RequestBody.Value.Content {
+			walk(key, media.Schema)
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no request bodies in the document")
 	}
 }

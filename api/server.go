@@ -57,9 +57,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Index serves "/" (the status page). Optional.
 	Index http.Handler
-	// MaxWait caps a claim's wait_ms so that a long-poll answers before the
-	// server's write timeout cuts it. Default db.MaxWait.
+	// MaxWait caps a claim's and a lease acquire's wait_ms so that a
+	// long-poll answers before the server's write timeout cuts it. Default
+	// four fifths of WriteTimeout when that is set, else db.MaxWait.
 	MaxWait time.Duration
+	// WriteTimeout is the HTTP server's write timeout, if it has one. Every
+	// request then gets a deadline at nine tenths of it: a mutation whose
+	// turn to commit has not come by then is answered 503 unavailable with
+	// nothing written, so no caller is left without a reply for something
+	// that was committed.
+	WriteTimeout time.Duration
+	// MetricsMaxQueues bounds the queues /metrics reports one by one: the
+	// largest ones by job count; the rest are summed as queue "(other)",
+	// which no queue can be named. Default 100.
+	MetricsMaxQueues int
 	// Principals enables bearer-token authentication and roles. Nil: every
 	// request is principal "local" with every role (loopback use).
 	Principals *Principals
@@ -89,8 +100,14 @@ func New(store Store, cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 4 << 20
 	}
+	if cfg.MaxWait <= 0 && cfg.WriteTimeout > 0 {
+		cfg.MaxWait = cfg.WriteTimeout * 4 / 5
+	}
 	if cfg.MaxWait <= 0 || cfg.MaxWait > db.MaxWait {
 		cfg.MaxWait = db.MaxWait
+	}
+	if cfg.MetricsMaxQueues <= 0 {
+		cfg.MetricsMaxQueues = 100
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -107,7 +124,7 @@ func New(store Store, cfg Config) *Server {
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.instrument)
+	e.Use(s.instrument, s.deadline)
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
 	} else {
@@ -152,12 +169,26 @@ func New(store Store, cfg Config) *Server {
 		e.GET("/", page)
 		e.GET("/jobs/:id", page)
 		e.GET("/assets/*", page)
+		e.GET("/favicon.ico", page)
 	}
 	return s
 }
 
 // ServeHTTP makes Server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// deadline bounds every request below the write timeout (Config.WriteTimeout).
+func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
+	if s.cfg.WriteTimeout <= 0 {
+		return next
+	}
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.WriteTimeout*9/10)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}
 
 // limitBody caps every request body; reading past the cap fails the decode
 // with resource_exhausted.

@@ -135,13 +135,42 @@ type zombie struct {
 	Operation string    `json:"operation"`
 	// TokenSent is the fencing token the call carried (0: none given).
 	TokenSent uint64 `json:"token_sent"`
-	// TokenCurrent is the job's attempts, read after the refusal: the
-	// token of its current (or last) claim. 0 when the job is gone.
+	// TokenCurrent, JobState and HeldBy are the job as it is now, read
+	// when the status is served (withJobNow), not when the call was
+	// refused: a job completed since reads "completed", not "claimed by"
+	// the claim that refused the call. TokenCurrent is the job's attempts,
+	// the token of its current (or last) claim; all three are empty when
+	// the job is gone.
 	TokenCurrent uint64 `json:"token_current"`
 	JobState     string `json:"job_state,omitempty"`
 	HeldBy       string `json:"held_by,omitempty"`
 	Code         string `json:"code"`
 	Message      string `json:"message"`
+}
+
+// withJobNow fills the current state of each zombie's job (one read per
+// job); a job that is gone leaves the fields empty.
+func (s *Server) withJobNow(ctx context.Context, zs []zombie) ([]zombie, error) {
+	jobs := map[uint64]*db.Job{}
+	for i := range zs {
+		z := &zs[i]
+		job, seen := jobs[z.Job]
+		if !seen {
+			j, err := s.store.GetJob(ctx, z.Job)
+			switch {
+			case err == nil:
+				job = &j
+			case db.ErrorCode(err) != db.CodeNotFound:
+				return nil, err
+			}
+			jobs[z.Job] = job
+		}
+		z.TokenCurrent, z.JobState, z.HeldBy = 0, "", ""
+		if job != nil {
+			z.TokenCurrent, z.JobState, z.HeldBy = job.Attempts, string(job.State), job.ClaimedBy
+		}
+	}
+	return zs, nil
 }
 
 func (o *observer) refused(z zombie) {
@@ -329,7 +358,9 @@ func (s *Server) status(c echo.Context) error {
 			}
 			*l.dst = &jobListResponse{Jobs: toJobsResponse(jobs).Jobs, Total: totals[l.state]}
 		}
-		out.Zombies = s.obs.recentZombies(limit)
+		if out.Zombies, err = s.withJobNow(ctx, s.obs.recentZombies(limit)); err != nil {
+			return err
+		}
 	}
 	if out.Can.Leases {
 		page, err := s.store.ListLeases(ctx, db.ListLeasesRequest{Limit: limit})

@@ -535,3 +535,29 @@ func TestStatus_AuditWalkIsCached(t *testing.T) {
 		t.Errorf("after ten intervals: checked at %v, want a new walk at %v", v.CheckedAt, clk.Now())
 	}
 }
+
+// TestStatus_ZombiesShowTheJobAsItIsNow: a refused stale call lists the
+// job's state when the status is read, not when the call was refused: once
+// the current holder completed it, it reads completed, held by nobody; once
+// it is gone, it has no state.
+func TestStatus_ZombiesShowTheJobAsItIsNow(t *testing.T) {
+	clk := newStatusClock()
+	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
+	job := ts.enqueue(map[string]any{"queue": "q"})
+	ts.claim(map[string]any{"worker": "w1", "queues": []string{"q"}, "lease_ms": 1000})
+	clk.Advance(2 * time.Second)
+	second := ts.claim(map[string]any{"worker": "w2", "queues": []string{"q"}, "lease_ms": 60000})
+	path := fmt.Sprintf("/v1/jobs/%d/", job.ID)
+	wantError(t, "stale heartbeat", ts.post(path+"heartbeat", map[string]any{"worker": "w1", "fencing_token": 1}), http.StatusNotFound, "not_found")
+	if st := ts.status(""); len(st.Zombies) != 1 || st.Zombies[0].JobState != "claimed" || st.Zombies[0].HeldBy != "local|w2" {
+		t.Fatalf("zombies while w2 holds the job = %+v, want one, claimed by local|w2", st.Zombies)
+	}
+	wantJob(t, "complete by w2", ts.post(path+"complete", map[string]any{"worker": "w2", "fencing_token": second.FencingToken}), http.StatusOK)
+	st := ts.status("")
+	if len(st.Zombies) != 1 {
+		t.Fatalf("zombies = %+v, want one", st.Zombies)
+	}
+	if z := st.Zombies[0]; z.JobState != "completed" || z.HeldBy != "" || z.TokenCurrent != 2 || z.TokenSent != 1 {
+		t.Errorf("zombie after the job completed = %+v, want job_state completed, no holder, token sent 1, current 2", z)
+	}
+}

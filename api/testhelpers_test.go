@@ -6,17 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/internal/apitest"
 )
 
 // testServer is the real API over HTTP on 127.0.0.1:0, backed by a real
@@ -29,42 +26,18 @@ type testServer struct {
 }
 
 // newStore opens the store the HTTP tests run on, with rules (the clock and
-// limits). It is the engine's factory: the tests run on whichever engine it
-// opens. The default is a bbolt file in tb.TempDir(); on cleanup it must
-// pass the engine's integrity check and audit verification.
-var newStore = func(tb testing.TB, rules db.Rules) db.Store {
-	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := bolt.Open(path, bolt.Options{Rules: rules})
-	if err != nil {
-		tb.Fatalf("bolt.Open(%s) error = %v", path, err)
-	}
-	tb.Cleanup(func() {
-		if err := store.Check(); err != nil {
-			tb.Errorf("store.Check() after test = %v", err)
-		}
-		if rep, err := store.VerifyAudit(context.Background()); err != nil || !rep.OK {
-			tb.Errorf("store.VerifyAudit() after test = %+v, %v; want OK", rep, err)
-		}
-		if err := store.Close(); err != nil {
-			tb.Errorf("store.Close() = %v", err)
-		}
-	})
-	return store
-}
+// limits): the engine's factory. The tests run on whichever engine it opens;
+// the default is a bbolt file in tb.TempDir(), checked on cleanup.
+var newStore apitest.Factory = apitest.Bolt
 
-// newTestServer serves api.New over a store from newStore with rules.
+// newTestServer serves the API over a fresh store from newStore with rules
+// (apitest.StartWith).
 func newTestServer(tb testing.TB, rules db.Rules, cfg api.Config) *testServer {
 	tb.Helper()
-	store := newStore(tb, rules)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	srv := httptest.NewServer(api.New(store, cfg))
-	tb.Cleanup(srv.Close) // runs before the store's cleanup: cleanups run last-in first-out
-	client := srv.Client()
+	s := apitest.StartWith(tb, newStore, rules, cfg)
+	client := s.HTTP.Client()
 	client.Timeout = 20 * time.Second
-	return &testServer{t: tb, URL: srv.URL, store: store, client: client}
+	return &testServer{t: tb, URL: s.URL, store: s.Store, client: client}
 }
 
 // response is a finished HTTP exchange.

@@ -28,6 +28,9 @@ const (
 	CodeUnavailable Code = "unavailable"
 )
 
+// Codes lists every refusal code.
+var Codes = []Code{CodeInvalid, CodeTooLarge, CodeNotFound, CodeConflict, CodeUnavailable}
+
 // Error is a refusal: a request the rules turned down before anything was
 // written. Message says what is wrong, for the client as it is. Callers
 // tell refusals apart with errors.As (or ErrorCode); any other error from a

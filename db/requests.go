@@ -14,6 +14,7 @@ const (
 	MaxDelay           = 366 * 24 * time.Hour
 	MaxQueuesPerClaim  = 32
 	MaxClaimBatch      = 1000
+	MaxEnqueueBatch    = 1000
 	MaxListLimit       = 1000
 	DefaultListLimit   = 100
 	// MaxWait is the longest a claim may long-poll.

@@ -136,6 +136,9 @@ func (r *Rules) NormalizeEnqueueBatch(reqs []EnqueueRequest) ([]EnqueueRequest, 
 	if len(reqs) == 0 {
 		return nil, Errorf(CodeInvalid, "no jobs to enqueue")
 	}
+	if len(reqs) > MaxEnqueueBatch {
+		return nil, Errorf(CodeInvalid, "%d jobs in one enqueue; the limit is %d", len(reqs), MaxEnqueueBatch)
+	}
 	reqs = append([]EnqueueRequest(nil), reqs...)
 	for i := range reqs {
 		if err := r.NormalizeEnqueue(&reqs[i]); err != nil {
@@ -474,11 +477,15 @@ func ClaimsBefore(a, b *JobRecord) bool {
 }
 
 // Enqueue is the new job id of a normalized request (see NormalizeEnqueue):
-// available, or scheduled when its run_at is later than now.
+// available, or scheduled when its run_at is later than now. A run_at in
+// the past means now.
 func Enqueue(id uint64, req EnqueueRequest, now time.Time) (JobRecord, AuditEvent) {
 	runAt := req.RunAt
 	if runAt.IsZero() {
 		runAt = now.Add(req.Delay)
+	}
+	if runAt.Before(now) {
+		runAt = now // a run_at in the past means now: available at once, in enqueue order
 	}
 	rec := JobRecord{
 		ID: id, Queue: req.Queue, Kind: req.Kind, Payload: req.Payload,
@@ -539,7 +546,9 @@ func KillExpired(old *JobRecord, now time.Time) (JobRecord, AuditEvent) {
 
 func addError(r *JobRecord, now time.Time, msg string) {
 	if len(msg) > MaxErrorBytes {
-		msg = msg[:MaxErrorBytes]
+		// Cut on a rune boundary: a cut through a character would leave
+		// the stored error and its audit record invalid UTF-8.
+		msg = strings.ToValidUTF8(msg[:MaxErrorBytes], "")
 	}
 	r.LastError = msg
 	r.Errors = append(r.Errors, ErrorRecord{Attempt: r.Attempts, At: now.UnixNano(), Error: msg})

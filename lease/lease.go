@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxToken is the largest value a fencing token may have. A claim number is
@@ -42,9 +44,19 @@ func ValidateWorker(worker string) error {
 	if len(worker) > 200 {
 		return fmt.Errorf("%w: worker is longer than 200 bytes", ErrInvalidName)
 	}
-	for _, r := range worker {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: worker contains a control character", ErrInvalidName)
+	return checkPrintable("worker", worker)
+}
+
+// checkPrintable refuses text a log line or a status page would show wrongly:
+// invalid UTF-8, control characters (C0, DEL and C1, U+0085 among them) and
+// the line and paragraph separators U+2028 and U+2029.
+func checkPrintable(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidName, field)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return fmt.Errorf("%w: %s contains a control character (%U)", ErrInvalidName, field, r)
 		}
 	}
 	return nil

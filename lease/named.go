@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 )
 
 // Named leases: an exclusive lease on a name (a file path, a resource id)
@@ -45,15 +44,8 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: lease name is empty", ErrInvalidName)
 	case len(name) > MaxNameBytes:
 		return fmt.Errorf("%w: lease name is %d bytes, the limit is %d", ErrInvalidName, len(name), MaxNameBytes)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: lease name is not valid UTF-8", ErrInvalidName)
 	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: lease name contains a control character", ErrInvalidName)
-		}
-	}
-	return nil
+	return checkPrintable("lease name", name)
 }
 
 // ValidateHolder checks the caller's holder label of a named lease: 1 to 200
@@ -65,12 +57,7 @@ func ValidateHolder(label string) error {
 	case len(label) > 200:
 		return fmt.Errorf("%w: holder is longer than 200 bytes", ErrInvalidName)
 	}
-	for _, r := range label {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: holder contains a control character", ErrInvalidName)
-		}
-	}
-	return nil
+	return checkPrintable("holder", label)
 }
 
 // Named is the state of a named lease. Token is the last token issued (0:

@@ -248,3 +248,22 @@ func sameErr(err, want error) bool {
 	}
 	return errors.Is(err, want)
 }
+
+// Worker labels, lease names and holders refuse C1 controls (U+0085 among
+// them), the line and paragraph separators and invalid UTF-8 (issue 18,
+// item 9), and keep accepting printable text of any script.
+func TestNamesRefuseC1ControlsAndLineSeparators(t *testing.T) {
+	checks := map[string]func(string) error{"ValidateWorker": ValidateWorker, "ValidateName": ValidateName, "ValidateHolder": ValidateHolder}
+	for fn, check := range checks {
+		for _, bad := range []string{"a\u0085b", "a\u2028b", "a\u2029b", "a\u009bb", "a\u007fb", "bad\xffutf8"} {
+			if err := check(bad); !errors.Is(err, ErrInvalidName) {
+				t.Errorf("%s(%q) = %v, want ErrInvalidName", fn, bad, err)
+			}
+		}
+		for _, good := range []string{"worker-1", "日本語 ü", "emoji 👩‍💻", "a\u00a0b"} {
+			if err := check(good); err != nil {
+				t.Errorf("%s(%q) = %v, want nil", fn, good, err)
+			}
+		}
+	}
+}

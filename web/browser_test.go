@@ -396,3 +396,96 @@ func TestStatusPage_AsksForATokenOnceAndShowsButtonsByRole(t *testing.T) {
 		t.Errorf("newest audit record of job %d = %+v, %v; want a retry by boss", deadID, recs.Records, err)
 	}
 }
+
+// TestStatusPage_WrapsLongErrorsShowsExpiryPlainlyAndHasAnIcon: on a phone
+// a dead job's long unbroken error wraps beside its "Last error" label
+// instead of squeezing it; an expired named lease and an expired claim are
+// shown plainly (muted), not as an alarm; and a visit asks for no address
+// the server does not serve (the icon), so nothing is refused or counted
+// as an unmatched 404.
+func TestStatusPage_WrapsLongErrorsShowsExpiryPlainlyAndHasAnIcon(t *testing.T) {
+	ctx := newBrowser(t, 390, 844)
+	ps := newPageServer(t, nil)
+	longErr := "decode:" + strings.Repeat("0123456789abcdef", 30)
+	var dead jobJSON
+	ps.call("", "POST", "/v1/jobs", `{"queue":"images","max_attempts":1}`, 201, &dead)
+	ps.call("", "POST", "/v1/claim", `{"worker":"w2","queues":["images"]}`, 200, nil)
+	ps.call("", "POST", fmt.Sprintf("/v1/jobs/%d/fail", dead.ID), fmt.Sprintf(`{"worker":"w2","error":%q,"final":true}`, longErr), 200, nil)
+	ps.call("", "POST", "/v1/jobs", `{"queue":"emails"}`, 201, nil)
+	ps.call("", "POST", "/v1/claim", `{"worker":"w1","queues":["emails"],"lease_ms":1}`, 200, nil)
+	ps.call("", "POST", "/v1/leases/%2Fdata%2Fold.csv/acquire", `{"holder":"etl-1","ttl_ms":1}`, 200, nil)
+	time.Sleep(10 * time.Millisecond) // both run out
+
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(ps.url+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the dead job's error", `document.querySelector('#dead tbody').textContent.includes('decode:0123')`)
+	waitJS(t, ctx, "the expired lease and claim",
+		`document.querySelector('#leases tbody').textContent.includes('expired') && document.querySelector('#claimed tbody').textContent.includes('expired')`)
+
+	// The label beside the error keeps its width (a one-letter column was
+	// a few pixels), and the error wraps within the screen.
+	label := evalJS[float64](t, ctx, `parseFloat(getComputedStyle(document.querySelector('#dead tbody td.err'), '::before').width)`)
+	if label < 40 {
+		t.Errorf("the \"Last error\" label is %.1f px wide on a phone, want the label's own width (≥ 40 px)", label)
+	}
+	if w := evalJS[float64](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
+		t.Errorf("on a 390 px wide phone the page is %v px wider than the screen", w)
+	}
+
+	// Expiry is shown like the other muted text, not bold red.
+	for _, table := range []string{"leases", "claimed"} {
+		style := evalJS[string](t, ctx, fmt.Sprintf(`(() => {
+			const t = [...document.querySelectorAll('#%s tbody time')].find((t) => t.textContent.startsWith('expired'));
+			const s = getComputedStyle(t), muted = getComputedStyle(document.querySelector('#updated'));
+			return s.fontWeight + ' ' + (s.color === muted.color ? 'muted' : s.color);
+		})()`, table))
+		if style != "400 muted" {
+			t.Errorf("an expired %s entry is shown with weight and colour %q, want \"400 muted\" (not an alarm)", table, style)
+		}
+	}
+	screenshot(t, ctx, t.TempDir(), "status-phone-long-error.png")
+
+	// The page names its icon; the server serves every address the visit
+	// asked for: no unmatched 404, no refusal.
+	if href := evalJS[string](t, ctx, `(document.querySelector('link[rel="icon"]') || {}).href || ''`); !strings.Contains(href, "/assets/favicon.svg") {
+		t.Errorf("the page's icon link = %q, want /assets/favicon.svg", href)
+	}
+	// The browser asks for an icon after the page loaded: wait until it
+	// did (a third asset, or an unmatched request).
+	metrics := func() string {
+		res, err := http.Get(ps.url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	var m string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		m = metrics()
+		if strings.Contains(m, `route="unmatched"`) ||
+			strings.Contains(m, `fenceq_http_request_duration_seconds_count{code="200",method="GET",route="/assets/*"} 3`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the browser asked for no icon within 15 s:\n%s", m)
+		}
+	}
+	for _, line := range strings.Split(m, "\n") {
+		if strings.HasPrefix(line, "fenceq_http_request_duration_seconds_count") &&
+			(strings.Contains(line, `route="unmatched"`) || strings.Contains(line, `code="404"`)) {
+			t.Errorf("after a visit, /metrics counts a request no route served: %s", line)
+		}
+	}
+	var stats struct {
+		Refusals []struct {
+			Endpoint, Code string
+		} `json:"refusals"`
+	}
+	ps.call("", "GET", "/v1/stats", "", 200, &stats)
+	if len(stats.Refusals) != 0 {
+		t.Errorf("after a visit, GET /v1/stats counts refusals: %+v", stats.Refusals)
+	}
+}

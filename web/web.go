@@ -8,7 +8,8 @@
 //
 //	GET /               the status page
 //	GET /jobs/{id}      one job: fields, errors, result, attestation, history
-//	GET /assets/{name}  app.css, app.js
+//	GET /assets/{name}  app.css, app.js, favicon.svg
+//	GET /favicon.ico    the icon, for clients that ask for it without the page's link
 package web
 
 import (
@@ -101,6 +102,7 @@ func Handler() http.Handler {
 	h.mux.HandleFunc("GET /{$}", h.statusPage)
 	h.mux.HandleFunc("GET /jobs/{id}", h.jobPage)
 	h.mux.HandleFunc("GET /assets/{name}", h.serveAsset)
+	h.mux.HandleFunc("GET /favicon.ico", h.favicon)
 	return h
 }
 
@@ -151,4 +153,15 @@ func (h *handler) serveAsset(w http.ResponseWriter, r *http.Request) {
 		hdr.Set("Cache-Control", "no-cache")
 	}
 	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
+}
+
+// favicon serves the page's icon at the address browsers ask for when a
+// page names none (and some ask for anyway), so that a visit is not a 404.
+func (h *handler) favicon(w http.ResponseWriter, r *http.Request) {
+	a := h.assets["favicon.svg"]
+	hdr := w.Header()
+	hdr.Set("Content-Type", a.ctype)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Cache-Control", "public, max-age=86400")
+	http.ServeContent(w, r, "favicon.svg", time.Time{}, bytes.NewReader(a.body))
 }

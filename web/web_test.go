@@ -57,12 +57,12 @@ func TestPages_AreServedWithTheirAssetsAndPolicy(t *testing.T) {
 		t.Errorf("GET / refers to another origin (the page must work offline)")
 	}
 	assets := regexp.MustCompile(`(?:href|src)="(/assets/[^"]+)"`).FindAllStringSubmatch(page.body, -1)
-	if len(assets) != 2 {
-		t.Fatalf("GET / links %d assets, want app.css and app.js", len(assets))
+	if len(assets) != 3 {
+		t.Fatalf("GET / links %d assets, want favicon.svg, app.css and app.js", len(assets))
 	}
 	for _, m := range assets {
 		a := get(t, ps.url+strings.ReplaceAll(m[1], "&amp;", "&"))
-		if a.status != http.StatusOK || !strings.Contains(a.header.Get("Cache-Control"), "immutable") || len(a.body) < 1000 {
+		if a.status != http.StatusOK || !strings.Contains(a.header.Get("Cache-Control"), "immutable") || len(a.body) < 200 {
 			t.Errorf("GET %s = %d, Cache-Control %q, %d bytes; want 200, immutable, the file", m[1], a.status, a.header.Get("Cache-Control"), len(a.body))
 		}
 		// The script's only URLs are the XML namespaces of HTML and SVG.
@@ -74,6 +74,12 @@ func TestPages_AreServedWithTheirAssetsAndPolicy(t *testing.T) {
 	if a := get(t, ps.url+"/assets/app.js?v=old"); a.status != http.StatusOK || a.header.Get("Cache-Control") != "no-cache" ||
 		!strings.HasPrefix(a.header.Get("Content-Type"), "text/javascript") {
 		t.Errorf("GET /assets/app.js?v=old = %d, %q, %q; want 200 no-cache text/javascript", a.status, a.header.Get("Cache-Control"), a.header.Get("Content-Type"))
+	}
+
+	// The icon, also where browsers look for it when a page names none.
+	icon := get(t, ps.url+"/favicon.ico")
+	if icon.status != http.StatusOK || icon.header.Get("Content-Type") != "image/svg+xml" || !strings.HasPrefix(icon.body, "<svg") {
+		t.Errorf("GET /favicon.ico = %d %q, want 200 image/svg+xml", icon.status, icon.header.Get("Content-Type"))
 	}
 
 	job := get(t, ps.url+"/jobs/42")

@@ -34,10 +34,16 @@ const (
 	CodePermissionDenied   = "permission_denied"   // 403
 	CodeNotFound           = "not_found"           // 404
 	CodeFailedPrecondition = "failed_precondition" // 409
-	CodeAlreadyExists      = "already_exists"      // 409
-	CodeResourceExhausted  = "resource_exhausted"  // 413, 429
+	CodeResourceExhausted  = "resource_exhausted"  // 413
 	CodeInternal           = "internal"            // 500
 	CodeUnavailable        = "unavailable"         // 503
+
+	// CodeAlreadyExists is never sent: a repeated idempotency key answers
+	// 200 with the existing job.
+	//
+	// Deprecated: no reply has this code; it is kept so that code naming it
+	// still compiles.
+	CodeAlreadyExists = "already_exists"
 )
 
 // Error is an error answer of the server: the HTTP status and the API's

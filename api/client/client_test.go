@@ -17,11 +17,12 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
+	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 )
 
 func TestClient_JobLifecycle(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 
@@ -184,7 +185,7 @@ func TestClient_JobLifecycle(t *testing.T) {
 }
 
 func TestClient_LeaseNamesAreOnePathSegment(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	rt := newRecordingTransport()
 	c := mustClient(t, srv.URL, client.WithHTTPClient(&http.Client{Transport: rt}))
 	ctx := context.Background()
@@ -247,7 +248,7 @@ func TestClient_LeaseNamesAreOnePathSegment(t *testing.T) {
 }
 
 func TestClient_BackupIsAConsistentFile(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	res, err := c.Enqueue(ctx, client.NewJob{Queue: "q", Payload: "before the backup"})
@@ -293,7 +294,7 @@ func TestClient_BackupIsAConsistentFile(t *testing.T) {
 	// A cancelled backup stops with the context's error.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := srv.store.Backup(cctx, io.Discard); !errors.Is(err, context.Canceled) {
+	if _, err := srv.store.(db.Backuper).Backup(cctx, io.Discard); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Store.Backup(cancelled) = %v, want context.Canceled", err)
 	}
 
@@ -331,7 +332,7 @@ func TestClient_TokenAndRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, bolt.Options{}, api.Config{Principals: principals})
+	srv := newServer(t, db.Rules{}, api.Config{Principals: principals})
 	ctx := context.Background()
 
 	anon := mustClient(t, srv.URL)
@@ -406,7 +407,7 @@ func TestClient_DoesNotRetryAPostWhoseAnswerWasLost(t *testing.T) {
 }
 
 func TestClient_BaseURLWithAPathPrefix(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	inner, _ := http.NewRequest("GET", srv.URL, nil)
 	// A proxy that serves fenceq under /queue/.
 	proxy := httptest.NewServer(http.StripPrefix("/queue", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

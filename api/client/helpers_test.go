@@ -2,55 +2,31 @@ package client_test
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/apitest"
 )
 
 // server is the real API (api.New over a bbolt file in t.TempDir()) on
 // 127.0.0.1:0.
 type server struct {
 	URL   string
-	store *bolt.Store
+	store db.Store
 }
 
-// newServer starts the API over a fresh store. On cleanup the file must
-// pass the store's integrity check and audit verification.
-func newServer(tb testing.TB, opts bolt.Options, cfg api.Config) *server {
+// newServer serves the API over a fresh store with rules (apitest.Start:
+// on cleanup the file must pass the integrity check and audit verification).
+func newServer(tb testing.TB, rules db.Rules, cfg api.Config) *server {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "fenceq.db")
-	store, err := bolt.Open(path, opts)
-	if err != nil {
-		tb.Fatalf("bolt.Open(%s) = %v", path, err)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	srv := httptest.NewServer(api.New(store, cfg))
-	tb.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		if err := store.Check(); err != nil {
-			tb.Errorf("store.Check() after test = %v", err)
-		}
-		if rep, err := store.VerifyAudit(context.Background()); err != nil || !rep.OK {
-			tb.Errorf("store.VerifyAudit() after test = %+v, %v; want OK", rep, err)
-		}
-		if err := store.Close(); err != nil {
-			tb.Errorf("store.Close() = %v", err)
-		}
-	})
-	return &server{URL: srv.URL, store: store}
+	s := apitest.Start(tb, rules, cfg)
+	return &server{URL: s.URL, store: s.Store}
 }
 
 // mustClient returns a client for s with opts.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/api/client"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/db"
 )
 
 // quiet is a logger that drops everything (the worker logs lost claims
@@ -97,7 +97,7 @@ func tokenOf(t *testing.T, s sent) (uint64, string) {
 }
 
 func TestWorker_PausedPastItsLease_CompletionIsRefusedAndTheSecondRunnerCompletes(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	res, err := c.Enqueue(ctx, client.NewJob{Queue: "pause", Payload: "p"})
@@ -181,7 +181,7 @@ func TestWorker_PausedPastItsLease_CompletionIsRefusedAndTheSecondRunnerComplete
 }
 
 func TestWorker_HeartbeatRefused_CancelsTheHandlerAndDoesNotComplete(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	res, err := c.Enqueue(ctx, client.NewJob{Queue: "pause"})
@@ -249,7 +249,7 @@ func TestWorker_HeartbeatRefused_CancelsTheHandlerAndDoesNotComplete(t *testing.
 }
 
 func TestWorker_HandlerErrorsFailTheJob(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	kinds := []string{"plain", "delay", "immediate", "final", "panic", "unmarshalable"}
@@ -321,7 +321,7 @@ func TestWorker_HandlerErrorsFailTheJob(t *testing.T) {
 }
 
 func TestWorker_StopDrainsInFlightJobs(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	first, _ := c.Enqueue(ctx, client.NewJob{Queue: "drain"})
@@ -363,7 +363,7 @@ func TestWorker_StopDrainsInFlightJobs(t *testing.T) {
 }
 
 func TestWorker_StopDeadlineCancelsHandlersAndReleasesTheirJobs(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	res, _ := c.Enqueue(ctx, client.NewJob{Queue: "slow"})
@@ -395,7 +395,7 @@ func TestWorker_StopDeadlineCancelsHandlersAndReleasesTheirJobs(t *testing.T) {
 }
 
 func TestWorker_RunDrainsWhenItsContextEnds(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	res, _ := c.Enqueue(ctx, client.NewJob{Queue: "ctx"})
@@ -424,7 +424,7 @@ func TestWorker_RunDrainsWhenItsContextEnds(t *testing.T) {
 }
 
 func TestWorker_StopsWhenTheServerRefusesTheClaimItself(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	w, err := client.NewWorker(mustClient(t, srv.URL), func(context.Context, client.Job) (any, any, error) { return nil, nil, nil },
 		client.WorkerConfig{Name: "w", Queues: []string{"not a queue!"}, Logger: quiet})
 	if err != nil {
@@ -438,7 +438,7 @@ func TestWorker_StopsWhenTheServerRefusesTheClaimItself(t *testing.T) {
 }
 
 func TestWorker_ConcurrentHandlersCompleteEveryJobOnce(t *testing.T) {
-	srv := newServer(t, bolt.Options{}, api.Config{})
+	srv := newServer(t, db.Rules{}, api.Config{})
 	c := mustClient(t, srv.URL)
 	ctx := context.Background()
 	const n = 30

@@ -25,22 +25,8 @@ func TestTheAuditChainVerifiesAfterAMixedWorkloadAndAReopen(t *testing.T) {
 	if !rep.OK || rep.FirstBroken != 0 || rep.HeadSeq != changes || rep.Records != changes {
 		t.Fatalf("VerifyAudit() = %+v, want OK with HeadSeq and Records %d", rep, changes)
 	}
-	recs, err := s.ListAudit(ctx, 0, db.MaxListLimit)
-	if err != nil || uint64(len(recs)) != changes {
-		t.Fatalf("ListAudit() = %d records, %v; want %d", len(recs), err, changes)
-	}
-	for i, r := range recs {
-		if r.Seq != uint64(i+1) {
-			t.Errorf("audit record %d has seq %d, want %d", i, r.Seq, i+1)
-		}
-		if i > 0 && r.PrevHash != recs[i-1].Hash {
-			t.Errorf("audit record %d prev_hash %s, want record %d's hash %s", r.Seq, r.PrevHash, i, recs[i-1].Hash)
-		}
-	}
-	if last := recs[len(recs)-1]; last.Hash != rep.HeadHash {
-		t.Errorf("last audit hash %s, want the head %s", last.Hash, rep.HeadHash)
-	}
-
+	// The chain's links themselves are the suite's
+	// (TheAuditChainVerifiesAfterAMixedWorkload); here: the file keeps them.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, er
 		return nil, err
 	}
 	op := &claimOp{s: s, req: req}
-	if err := s.update(ctx, op); err != nil {
+	if err := s.updateItems(ctx, req.Max, op); err != nil {
 		return nil, err
 	}
 	return jobsOf(op.got), nil

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,13 +66,6 @@ func storeClosed(s *Store) bool {
 	}
 }
 
-// fenced names a caller of principal "local".
-func fenced(id uint64, worker string, token uint64) db.Fenced {
-	return db.Fenced{ID: id, Principal: "local", Worker: worker, FencingToken: token}
-}
-
-func durationPtr(d time.Duration) *time.Duration { return &d }
-
 func mustEnqueue(tb testing.TB, s *Store, req db.EnqueueRequest) db.Job {
 	tb.Helper()
 	if req.Principal == "" {
@@ -90,31 +81,6 @@ func mustEnqueue(tb testing.TB, s *Store, req db.EnqueueRequest) db.Job {
 	return res.Job
 }
 
-// mustClaim claims one job for local|worker and fails unless it got one.
-func mustClaim(tb testing.TB, s *Store, worker string, lease time.Duration, queues ...string) db.Job {
-	tb.Helper()
-	jobs, err := s.ClaimJobs(context.Background(), db.ClaimRequest{Principal: "local", Worker: worker, Queues: queues, Lease: lease})
-	if err != nil {
-		tb.Fatalf("ClaimJobs(%s, %v) error = %v", worker, queues, err)
-	}
-	if len(jobs) != 1 {
-		tb.Fatalf("ClaimJobs(%s, %v) returned %d jobs, want 1", worker, queues, len(jobs))
-	}
-	return jobs[0]
-}
-
-// mustClaimNothing fails unless a claim for local|worker finds no job.
-func mustClaimNothing(tb testing.TB, s *Store, worker string, queues ...string) {
-	tb.Helper()
-	jobs, err := s.ClaimJobs(context.Background(), db.ClaimRequest{Principal: "local", Worker: worker, Queues: queues})
-	if err != nil {
-		tb.Fatalf("ClaimJobs(%s, %v) error = %v", worker, queues, err)
-	}
-	if len(jobs) != 0 {
-		tb.Fatalf("ClaimJobs(%s, %v) returned job %d (state %s), want none", worker, queues, jobs[0].ID, jobs[0].State)
-	}
-}
-
 // rawJob returns a copy of the stored bytes of job id (nil when absent).
 func rawJob(tb testing.TB, s *Store, id uint64) []byte {
 	tb.Helper()
@@ -128,100 +94,6 @@ func rawJob(tb testing.TB, s *Store, id uint64) []byte {
 		tb.Fatalf("read job %d: %v", id, err)
 	}
 	return b
-}
-
-// storedJob decodes the stored record of job id.
-func storedJob(tb testing.TB, s *Store, id uint64) *jobRecord {
-	tb.Helper()
-	b := rawJob(tb, s, id)
-	if b == nil {
-		tb.Fatalf("job %d is not stored", id)
-	}
-	rec, err := decodeJob(b)
-	if err != nil {
-		tb.Fatalf("decode job %d: %v", id, err)
-	}
-	return rec
-}
-
-// auditHead returns a copy of meta audit_head (seq ‖ hash), nil when empty.
-func auditHead(tb testing.TB, s *Store) []byte {
-	tb.Helper()
-	var b []byte
-	if err := s.bolt.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(metaAuditHead); v != nil {
-			b = bytes.Clone(v)
-		}
-		return nil
-	}); err != nil {
-		tb.Fatalf("read audit head: %v", err)
-	}
-	return b
-}
-
-func auditSeq(tb testing.TB, s *Store) uint64 {
-	tb.Helper()
-	h := auditHead(tb, s)
-	if h == nil {
-		return 0
-	}
-	return idFromKey(h[:8])
-}
-
-// lastAudit returns the newest audit record.
-func lastAudit(tb testing.TB, s *Store) db.AuditRecord {
-	tb.Helper()
-	seq := auditSeq(tb, s)
-	if seq == 0 {
-		tb.Fatalf("audit log is empty")
-	}
-	recs, err := s.ListAudit(context.Background(), seq-1, 1)
-	if err != nil || len(recs) != 1 {
-		tb.Fatalf("ListAudit(%d, 1) = %d records, %v; want 1 record", seq-1, len(recs), err)
-	}
-	return recs[0]
-}
-
-// snapshot is every key and value of every bucket, and every bucket's
-// sequence, as strings (copies, safe after the transaction).
-type snapshot map[string]string
-
-func takeSnapshot(tb testing.TB, s *Store) snapshot {
-	tb.Helper()
-	snap, err := s.Snapshot()
-	if err != nil {
-		tb.Fatalf("snapshot: %v", err)
-	}
-	return snap
-}
-
-// diff lists the keys whose values differ between two snapshots.
-func (a snapshot) diff(b snapshot) []string {
-	var out []string
-	for k, v := range a {
-		w, ok := b[k]
-		switch {
-		case !ok:
-			out = append(out, "removed "+k)
-		case v != w:
-			out = append(out, "changed "+k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			out = append(out, "added "+k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// assertUnchanged fails when the file changed between before and now.
-func assertUnchanged(tb testing.TB, s *Store, before snapshot, what string) {
-	tb.Helper()
-	if d := before.diff(takeSnapshot(tb, s)); len(d) > 0 {
-		tb.Errorf("%s changed the file: %s; want no change", what, strings.Join(d, ", "))
-	}
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }

@@ -31,7 +31,7 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db
 		return nil, err
 	}
 	op := &enqueueOp{reqs: reqs, recs: make([]*jobRecord, len(reqs)), created: make([]bool, len(reqs))}
-	if err := s.update(ctx, op); err != nil {
+	if err := s.updateItems(ctx, len(reqs), op); err != nil {
 		return nil, err
 	}
 	results := make([]db.EnqueueResult, len(reqs))
@@ -159,7 +159,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 	op := &completeAndClaimOp{s: s, complete: fencedOp{id: req.ID, transition: func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 		return db.Complete(old, req, now)
 	}}, next: next}
-	if err := s.update(ctx, op); err != nil {
+	if err := s.updateItems(ctx, 1+next.Max, op); err != nil {
 		return db.Job{}, nil, err
 	}
 	return op.complete.rec.job(), jobsOf(op.got), nil

@@ -18,8 +18,13 @@ func (s *Store) ListJobsInState(ctx context.Context, req db.StateListRequest) ([
 	if err := db.ValidateStateList(&req); err != nil {
 		return nil, err
 	}
-	list := map[db.State]func(*bbolt.Tx, db.StateListRequest) ([]db.Job, error){
-		db.StateClaimed: listClaimed, db.StateScheduled: listScheduled, db.StateDead: listDead}[req.State]
+	list := listDead
+	switch req.State {
+	case db.StateClaimed:
+		list = listClaimed
+	case db.StateScheduled:
+		list = listScheduled
+	}
 	var out []db.Job
 	err := s.view(func(tx *bbolt.Tx) error {
 		var err error

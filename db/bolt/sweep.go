@@ -11,7 +11,8 @@ import (
 // at or before now minus retention, oldest first, in one transaction, and
 // returns how many it deleted. Their idempotency keys are freed with them.
 // The pages they used return to bbolt's freelist and are reused by later
-// writes; the file itself does not shrink (see "fenceq compact").
+// writes; the file itself does not shrink (docs/operations.md says how
+// to compact it offline with bbolt's own compact command).
 func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error) {
 	if retention < 0 {
 		return 0, db.Errorf(db.CodeInvalid, "retention must not be negative")

@@ -34,7 +34,7 @@ func (r reader) lease(name string) (*leaseRecord, error) { return getLease(r.tx,
 // in the transaction of a commit. It only writes: what the commit loop must
 // do after a step — hand a job that became available to a waiting
 // long-poll, wake waiters once the transaction committed — it notes in
-// available, wakeAt and released for handOff and notify.
+// available, wakeAt and released for handOff.
 type writer struct {
 	reader
 	now time.Time

@@ -48,11 +48,14 @@ func testClaimTakesTheOlderRunAtFirstWithinAPriority(t *testing.T, newStore Fact
 	clk := newFakeClock()
 	s := newStore(t, testRules(clk))
 	t0 := clk.Now()
-	// Ids 1..3 with run_at 3s, 1s and 2s before now: FIFO is by run_at.
-	for _, ago := range []time.Duration{3, 1, 2} {
-		mustEnqueue(t, s, db.EnqueueRequest{RunAt: t0.Add(-ago * time.Second)})
+	// Ids 1..3 with run_at 3s, 1s and 2s after now, all due once the clock
+	// has moved past them: FIFO is by run_at. (A run_at in the past is
+	// "now", so past times cannot order jobs.)
+	for _, ahead := range []time.Duration{3, 1, 2} {
+		mustEnqueue(t, s, db.EnqueueRequest{RunAt: t0.Add(ahead * time.Second)})
 	}
-	if got, want := claimAll(t, s), []uint64{1, 3, 2}; !reflect.DeepEqual(got, want) {
+	clk.Advance(4 * time.Second)
+	if got, want := claimAll(t, s), []uint64{2, 3, 1}; !reflect.DeepEqual(got, want) {
 		t.Errorf("claim order = %v, want %v (oldest run_at first)", got, want)
 	}
 }

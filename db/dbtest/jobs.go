@@ -111,8 +111,8 @@ func testEnqueueJobStoresAvailableOrScheduledJobs(t *testing.T, newStore Factory
 		{"future run_at is scheduled at run_at", db.EnqueueRequest{RunAt: t0.Add(time.Hour), MaxAttempts: 3}, func(now int64) db.JobRecord {
 			return db.JobRecord{Queue: "default", State: db.StateScheduled, MaxAttempts: 3, Budget: 3, RunAt: t0.Add(time.Hour).UnixNano()}
 		}},
-		{"past run_at is available with that run_at", db.EnqueueRequest{RunAt: t0.Add(-time.Hour)}, func(now int64) db.JobRecord {
-			return db.JobRecord{Queue: "default", State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: t0.Add(-time.Hour).UnixNano()}
+		{"past run_at means now: available with the enqueue time", db.EnqueueRequest{RunAt: t0.Add(-time.Hour)}, func(now int64) db.JobRecord {
+			return db.JobRecord{Queue: "default", State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}
 		}},
 		{"run_at equal to now is available", db.EnqueueRequest{RunAt: t0}, func(now int64) db.JobRecord {
 			return db.JobRecord{Queue: "default", State: db.StateAvailable, MaxAttempts: db.DefaultMaxAttempts, Budget: db.DefaultMaxAttempts, RunAt: now}

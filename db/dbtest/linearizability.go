@@ -5,7 +5,7 @@ package dbtest
 // another goroutine moves the store's clock. Every call and its answer is
 // recorded with its start and end time, and porcupine checks that the
 // history could have happened one call at a time, in an order that respects
-// real time, against a sequential model of one job's life (DESIGN.md:
+// real time, against a sequential model of one job's life (docs/design.md:
 // claims hand out attempts+1 as the token, only the current holder with the
 // current token may act, an expired lease may be claimed again).
 //

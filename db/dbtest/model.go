@@ -3,7 +3,7 @@ package dbtest
 // A model-based test: rapid drives random sequences of enqueue, claim,
 // heartbeat, complete, fail, cancel, retry and clock advances against a real
 // store on a real bbolt file and against a small in-memory model of
-// DESIGN.md's rules. Every result and every refusal must match the model,
+// docs/design.md's rules. Every result and every refusal must match the model,
 // every job must look the same in both after each step, and the store's
 // indexes and counts must agree with its records (Check).
 //
@@ -58,7 +58,7 @@ type mJob struct {
 	idemKey     string
 }
 
-// queueModel is DESIGN.md's rules over a map of jobs, with no I/O.
+// queueModel is docs/design.md's rules over a map of jobs, with no I/O.
 type queueModel struct {
 	now    time.Time
 	jobs   map[uint64]*mJob

@@ -17,7 +17,7 @@ type Clock struct {
 // New returns a clock that reads start until it is advanced.
 func New(start time.Time) *Clock { return &Clock{now: start} }
 
-// Now returns the clock's time (db.Options.Now).
+// Now returns the clock's time (db.Rules.Now).
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()

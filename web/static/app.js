@@ -58,7 +58,9 @@
     switch (t.dataset.clock) {
       case 'left': // a lease: time left, or how long ago it ran out
         t.textContent = ms >= 0 ? fmtDuration(ms) : `expired ${fmtDuration(-ms)} ago`;
-        t.classList.toggle('late', ms < 0);
+        // Running out is how a lease ends (a worker gone, a holder done):
+        // shown plainly, not as an alarm.
+        t.classList.toggle('expired', ms < 0);
         t.classList.toggle('soon', ms >= 0 && ms < 5000);
         break;
       default:

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // fenceq worker --exec CMD: a Worker (api/client) whose handler runs a
 // shell command per job, in its own process group.
@@ -40,8 +40,8 @@ and lets running commands finish for --drain-timeout, then sends them SIGTERM an
 after --kill-grace, SIGKILL; their jobs are failed so that another worker takes them.`
 
 // workerCommand: fenceq worker --exec CMD [flags]
-func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("fenceq worker", stderr)
+func workerCommand(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := NewFlagSet("fenceq worker", stderr)
 	cf := addClientFlags(fs)
 	host, _ := os.Hostname()
 	if host == "" {
@@ -62,10 +62,10 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if strings.TrimSpace(*command) == "" {
-		return usageError{"fenceq worker needs --exec CMD; see \"fenceq worker --help\""}
+		return UsageError{"fenceq worker needs --exec CMD; see \"fenceq worker --help\""}
 	}
 	if *concurrency < 1 || *maxOutput < 1 || *grace < 0 {
-		return usageError{"--concurrency and --max-output must be positive, --kill-grace not negative"}
+		return UsageError{"--concurrency and --max-output must be positive, --kill-grace not negative"}
 	}
 	var qs []string
 	for _, q := range strings.Split(*queues, ",") {
@@ -100,7 +100,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		},
 	})
 	if err != nil {
-		return usageError{err.Error()}
+		return UsageError{err.Error()}
 	}
 	logger.Info("fenceq worker started", "server", c.BaseURL(), "name", *name, "queues", strings.Join(qs, ","),
 		"concurrency", *concurrency, "lease", *leaseD)

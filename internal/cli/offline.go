@@ -1,4 +1,7 @@
-package main
+package cli
+
+// The commands that need no server: token new, and the offline side of
+// audit verify.
 
 import (
 	"context"
@@ -11,28 +14,24 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api"
-	"github.com/fenceq/fenceq/api/client"
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 )
 
-// tokenCommand: fenceq token new NAME --roles worker,producer
+// tokenCommand: fenceq token new NAME --roles worker,producer (the
+// arguments after "new").
 func tokenCommand(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "new" {
-		return usageError{"usage: fenceq token new NAME --roles producer,worker,admin"}
-	}
-	args = args[1:]
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	fs := newFlagSet("fenceq token new NAME", stderr)
+	fs := NewFlagSet("fenceq token new NAME", stderr)
 	rolesFlag := fs.String("roles", "", "comma-separated roles: producer, worker, admin")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := ParseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if name == "" {
-		return usageError{"usage: fenceq token new NAME --roles producer,worker,admin"}
+		return UsageError{"usage: fenceq token new NAME --roles producer,worker,admin"}
 	}
 	var roles []api.Role
 	for _, r := range strings.Split(*rolesFlag, ",") {
@@ -42,30 +41,11 @@ func tokenCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	token, line, err := api.NewToken(name, roles)
 	if err != nil {
-		return usageError{err.Error()}
+		return UsageError{err.Error()}
 	}
 	fmt.Fprintf(stdout, "token (shown once; give it to %s as \"Authorization: Bearer <token>\"):\n%s\n\n", name, token)
 	fmt.Fprintf(stdout, "add this line to the auth file:\n%s\n", line)
 	return nil
-}
-
-// auditCommand: fenceq audit verify --db FILE [--json]
-func auditCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "verify" {
-		return usageError{"usage: fenceq audit verify --db FILE [--json]"}
-	}
-	fs := newFlagSet("fenceq audit verify", stderr)
-	path := fs.String("db", "./fenceq.db", "bbolt file to verify (read-only; a copy is used while a server holds it)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := parseWithEnv(fs, args[1:]); err != nil {
-		return err
-	}
-	rep, err := verifyFileAudit(ctx, *path, stderr)
-	if err != nil {
-		return err
-	}
-	return printAuditReport(stdout, client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
-		HeadHash: rep.HeadHash, FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *asJSON, *path)
 }
 
 // verifyFileAudit opens path read-only. When a server holds the file (its

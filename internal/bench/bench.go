@@ -1,4 +1,7 @@
-package main
+// Package bench is "fenceq bench": a load generator that drives a running
+// fenceq server over HTTP and reports jobs/s, request latency and the
+// server's commits per job. docs/performance.md holds what it measured.
+package bench
 
 import (
 	"bufio"
@@ -20,10 +23,12 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/fenceq/fenceq/internal/cli"
 )
 
-// benchConfig is what "fenceq bench" was asked to do.
-type benchConfig struct {
+// config is what "fenceq bench" was asked to do.
+type config struct {
 	Server       string        `json:"server"`
 	Token        string        `json:"-"`
 	Jobs         int           `json:"jobs"`
@@ -63,10 +68,10 @@ claimed and completed too.
 Flags:
 `
 
-// benchCommand: fenceq bench [flags]
-func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg := benchConfig{}
-	fs := newFlagSet("fenceq bench", stderr)
+// Command runs "fenceq bench [flags]"; a flag mistake is a cli.UsageError.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := config{}
+	fs := cli.NewFlagSet("fenceq bench", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
@@ -88,7 +93,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	phases := fs.String("phases", "enqueue,drain", "throughput mode: the phases to run, in order (enqueue, drain)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Minute, "give up when the whole run takes longer")
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as JSON")
-	if err := parseWithEnv(fs, args); err != nil {
+	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}
 	for _, p := range strings.Split(*phases, ",") {
@@ -104,7 +109,7 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 	b := newBencher(cfg, stderr)
 	defer b.hc.CloseIdleConnections()
-	var rep *benchReport
+	var rep *Report
 	var err error
 	if cfg.Rate > 0 {
 		rep, err = b.runLatency(ctx)
@@ -123,32 +128,32 @@ func benchCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return nil
 }
 
-func (c *benchConfig) validate() error {
+func (c *config) validate() error {
 	c.Server = strings.TrimRight(c.Server, "/")
 	if !strings.HasPrefix(c.Server, "http://") && !strings.HasPrefix(c.Server, "https://") {
-		return usageError{fmt.Sprintf("--server %q must start with http:// or https://", c.Server)}
+		return cli.Usagef("--server %q must start with http:// or https://", c.Server)
 	}
 	switch {
 	case c.Jobs < 1:
-		return usageError{"--jobs must be at least 1"}
+		return cli.Usagef("--jobs must be at least 1")
 	case c.Producers < 1 || c.Workers < 1:
-		return usageError{"--producers and --workers must be at least 1"}
+		return cli.Usagef("--producers and --workers must be at least 1")
 	case c.Payload < 0 || c.Payload > 1<<20:
-		return usageError{"--payload must be between 0 and 1048576 bytes"}
+		return cli.Usagef("--payload must be between 0 and 1048576 bytes")
 	case c.EnqueueBatch < 1:
-		return usageError{"--enqueue-batch must be at least 1"}
+		return cli.Usagef("--enqueue-batch must be at least 1")
 	case c.ClaimMax < 0:
-		return usageError{"--claim-max must be 0 or more"}
+		return cli.Usagef("--claim-max must be 0 or more")
 	case c.LeaseMs < 1:
-		return usageError{"--lease-ms must be at least 1"}
+		return cli.Usagef("--lease-ms must be at least 1")
 	case c.WaitMs < 0 || c.WaitMs > 60000:
-		return usageError{"--wait-ms must be between 0 and 60000"}
+		return cli.Usagef("--wait-ms must be between 0 and 60000")
 	case c.Rate < 0 || math.IsInf(c.Rate, 0) || math.IsNaN(c.Rate):
-		return usageError{"--rate must be a positive number of jobs per second"}
+		return cli.Usagef("--rate must be a positive number of jobs per second")
 	case c.Rate > 0 && c.Duration <= 0:
-		return usageError{"--duration must be positive"}
+		return cli.Usagef("--duration must be positive")
 	case c.Timeout <= 0:
-		return usageError{"--timeout must be positive"}
+		return cli.Usagef("--timeout must be positive")
 	}
 	if c.Rate > 0 {
 		c.DurationSec = c.Duration.Seconds()
@@ -156,38 +161,38 @@ func (c *benchConfig) validate() error {
 		return nil
 	}
 	if len(c.Phases) == 0 {
-		return usageError{"--phases names no phase"}
+		return cli.Usagef("--phases names no phase")
 	}
 	for _, p := range c.Phases {
 		if p != "enqueue" && p != "drain" {
-			return usageError{fmt.Sprintf("--phases: unknown phase %q (enqueue, drain)", p)}
+			return cli.Usagef("--phases: unknown phase %q (enqueue, drain)", p)
 		}
 	}
 	return nil
 }
 
-// benchReport is what "fenceq bench --json" prints.
-type benchReport struct {
-	Mode      string       `json:"mode"` // "throughput" or "latency"
-	Config    benchConfig  `json:"config"`
-	Enqueued  int64        `json:"enqueued"`
-	Completed int64        `json:"completed"`
-	Phases    []benchPhase `json:"phases"`
+// Report is what "fenceq bench --json" prints.
+type Report struct {
+	Mode      string  `json:"mode"` // "throughput" or "latency"
+	Config    config  `json:"config"`
+	Enqueued  int64   `json:"enqueued"`
+	Completed int64   `json:"completed"`
+	Phases    []Phase `json:"phases"`
 	// Latency mode only.
-	EnqueueToClaim *latencySummary `json:"enqueue_to_claim,omitempty"`
+	EnqueueToClaim *LatencySummary `json:"enqueue_to_claim,omitempty"`
 	SentRate       float64         `json:"sent_rate,omitempty"`  // jobs/s actually sent
 	LateSends      int64           `json:"late_sends,omitempty"` // sent more than 1 ms after their due time
 }
 
-// benchPhase is one phase's figures. Jobs is what the phase did (enqueued
+// Phase is one phase's figures. Jobs is what the phase did (enqueued
 // or completed); the commit figures are deltas of the server's /v1/stats
 // around the phase and are absent when the server does not serve them.
-type benchPhase struct {
+type Phase struct {
 	Name          string                    `json:"name"`
 	Jobs          int64                     `json:"jobs"`
 	Seconds       float64                   `json:"seconds"`
 	JobsPerSec    float64                   `json:"jobs_per_sec"`
-	Requests      map[string]latencySummary `json:"requests"`
+	Requests      map[string]LatencySummary `json:"requests"`
 	EmptyClaims   int64                     `json:"empty_claims,omitempty"`
 	Refused       int64                     `json:"refused,omitempty"`
 	Commits       *uint64                   `json:"commits,omitempty"`
@@ -197,17 +202,17 @@ type benchPhase struct {
 	OpsPerCommit  float64                   `json:"ops_per_commit,omitempty"`
 }
 
-// latencySummary is a latency distribution in milliseconds.
-type latencySummary struct {
+// LatencySummary is a latency distribution in milliseconds.
+type LatencySummary struct {
 	Count int     `json:"count"`
 	P50   float64 `json:"p50_ms"`
 	P99   float64 `json:"p99_ms"`
 	Max   float64 `json:"max_ms"`
 }
 
-func summarize(d []time.Duration) latencySummary {
+func summarize(d []time.Duration) LatencySummary {
 	if len(d) == 0 {
-		return latencySummary{}
+		return LatencySummary{}
 	}
 	slices.Sort(d)
 	rank := func(p float64) time.Duration { // nearest rank
@@ -215,7 +220,7 @@ func summarize(d []time.Duration) latencySummary {
 		return d[max(i, 0)]
 	}
 	ms := func(x time.Duration) float64 { return math.Round(float64(x)/1e3) / 1e3 }
-	return latencySummary{Count: len(d), P50: ms(rank(0.50)), P99: ms(rank(0.99)), Max: ms(d[len(d)-1])}
+	return LatencySummary{Count: len(d), P50: ms(rank(0.50)), P99: ms(rank(0.99)), Max: ms(d[len(d)-1])}
 }
 
 // latencies collects durations from many goroutines.
@@ -236,10 +241,10 @@ func (l *latencies) add(kind string, d []time.Duration) {
 	l.d[kind] = append(l.d[kind], d...)
 }
 
-func (l *latencies) summaries() map[string]latencySummary {
+func (l *latencies) summaries() map[string]LatencySummary {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[string]latencySummary{}
+	out := map[string]LatencySummary{}
 	for k, d := range l.d {
 		out[k] = summarize(d)
 	}
@@ -248,7 +253,7 @@ func (l *latencies) summaries() map[string]latencySummary {
 
 // bencher holds the HTTP client and the prepared request pieces.
 type bencher struct {
-	cfg    benchConfig
+	cfg    config
 	hc     *http.Client // https:// servers (and http:// through a proxy)
 	stderr io.Writer
 	pad    string // payload padding
@@ -265,7 +270,7 @@ type bencher struct {
 	reqLimit time.Duration // a request that takes longer fails
 }
 
-func newBencher(cfg benchConfig, stderr io.Writer) *bencher {
+func newBencher(cfg config, stderr io.Writer) *bencher {
 	conns := cfg.Producers + cfg.Workers + 8
 	tr := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -349,13 +354,12 @@ func (b *bencher) httpDo(ctx context.Context, method, path string, body []byte) 
 }
 
 // The lean client. The load generator shares the machine with the server
-// it measures, and net/http's Transport costs it tens of microseconds of
-// CPU per request (a reader and a writer goroutine per connection, context
-// plumbing, header maps). For plain http:// servers the bench instead
-// keeps one HTTP/1.1 keep-alive connection per producer and worker, writes
-// each request itself in one Write and parses the reply with
-// http.ReadResponse. https:// servers, and http:// ones reached through a
-// proxy from the environment, keep the net/http client (httpDo).
+// it measures, so its own CPU per request is taken from the server. For
+// plain http:// servers each producer and worker keeps one HTTP/1.1
+// keep-alive connection, writes each request itself in one Write and parses
+// the reply with http.ReadResponse; https:// servers, and http:// ones
+// reached through a proxy from the environment, keep net/http's client
+// (httpDo). Why it exists, measured: docs/performance.md, "A leaner load generator".
 
 // setupLean prepares the lean client when --server allows it.
 func (b *bencher) setupLean() {
@@ -591,7 +595,7 @@ func (b *bencher) stats(ctx context.Context) (serverStats, bool) {
 }
 
 // setCommits fills p's commit figures from two /v1/stats readings.
-func (p *benchPhase) setCommits(before, after serverStats, ok bool) {
+func (p *Phase) setCommits(before, after serverStats, ok bool) {
 	if !ok || after.Commits < before.Commits {
 		return
 	}
@@ -620,11 +624,11 @@ func (f *firstError) set(err error) {
 	f.once.Do(func() { f.err = err; f.cancel() })
 }
 
-func (b *bencher) runThroughput(ctx context.Context) (*benchReport, error) {
-	rep := &benchReport{Mode: "throughput", Config: b.cfg}
+func (b *bencher) runThroughput(ctx context.Context) (*Report, error) {
+	rep := &Report{Mode: "throughput", Config: b.cfg}
 	for _, name := range b.cfg.Phases {
 		before, ok := b.stats(ctx)
-		var p benchPhase
+		var p Phase
 		var err error
 		switch name {
 		case "enqueue":
@@ -645,7 +649,7 @@ func (b *bencher) runThroughput(ctx context.Context) (*benchReport, error) {
 }
 
 // enqueuePhase: P producers enqueue N jobs, EnqueueBatch per request.
-func (b *bencher) enqueuePhase(ctx context.Context) (benchPhase, error) {
+func (b *bencher) enqueuePhase(ctx context.Context) (Phase, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	fe := &firstError{cancel: cancel}
@@ -709,16 +713,16 @@ func (b *bencher) enqueuePhase(ctx context.Context) (benchPhase, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	if fe.err != nil {
-		return benchPhase{}, fe.err
+		return Phase{}, fe.err
 	}
 	if err := ctx.Err(); err != nil {
-		return benchPhase{}, err
+		return Phase{}, err
 	}
 	return newPhase("enqueue", enqueued.Load(), elapsed, lat.summaries()), nil
 }
 
-func newPhase(name string, jobs int64, elapsed time.Duration, req map[string]latencySummary) benchPhase {
-	p := benchPhase{Name: name, Jobs: jobs, Seconds: round3(elapsed.Seconds()), Requests: req}
+func newPhase(name string, jobs int64, elapsed time.Duration, req map[string]LatencySummary) Phase {
+	p := Phase{Name: name, Jobs: jobs, Seconds: round3(elapsed.Seconds()), Requests: req}
 	if elapsed > 0 {
 		p.JobsPerSec = math.Round(float64(jobs) / elapsed.Seconds())
 	}
@@ -780,7 +784,7 @@ func (s *drainState) completedOne() {
 }
 
 // drainPhase: W workers claim and complete until n completions were made.
-func (b *bencher) drainPhase(ctx context.Context, n int64) (benchPhase, error) {
+func (b *bencher) drainPhase(ctx context.Context, n int64) (Phase, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st := &drainState{done: cancel, fe: &firstError{cancel: cancel}}
@@ -793,10 +797,10 @@ func (b *bencher) drainPhase(ctx context.Context, n int64) (benchPhase, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	if st.fe.err != nil {
-		return benchPhase{}, st.fe.err
+		return Phase{}, st.fe.err
 	}
 	if st.completed.Load() < n {
-		return benchPhase{}, fmt.Errorf("%d of %d jobs completed: %w", st.completed.Load(), n, context.Cause(ctx))
+		return Phase{}, fmt.Errorf("%d of %d jobs completed: %w", st.completed.Load(), n, context.Cause(ctx))
 	}
 	p := newPhase("drain", st.completed.Load(), elapsed, st.lat.summaries())
 	p.EmptyClaims, p.Refused = st.empty.Load(), st.refused.Load()
@@ -945,8 +949,8 @@ func (b *bencher) claim(c *benchConn, body []byte) ([]benchJob, error) {
 // runLatency is the open-loop mode: job i is due at start+i/rate and sent
 // then by its own goroutine; W workers long-poll, claim and complete until
 // every job sent was completed.
-func (b *bencher) runLatency(ctx context.Context) (*benchReport, error) {
-	rep := &benchReport{Mode: "latency", Config: b.cfg}
+func (b *bencher) runLatency(ctx context.Context) (*Report, error) {
+	rep := &Report{Mode: "latency", Config: b.cfg}
 	before, ok := b.stats(ctx)
 
 	dctx, cancel := context.WithCancel(ctx)
@@ -1032,7 +1036,7 @@ func (b *bencher) runLatency(ctx context.Context) (*benchReport, error) {
 		// not per completion only.
 		p.CommitsPerJob = round3(float64(*p.Commits) / float64(sent.Load()))
 	}
-	rep.Phases = []benchPhase{p}
+	rep.Phases = []Phase{p}
 	rep.Enqueued, rep.Completed = sent.Load(), st.completed.Load()
 	e2c := summarize(st.e2c)
 	rep.EnqueueToClaim = &e2c
@@ -1041,7 +1045,7 @@ func (b *bencher) runLatency(ctx context.Context) (*benchReport, error) {
 	return rep, nil
 }
 
-func (r *benchReport) writeText(w io.Writer) {
+func (r *Report) writeText(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "fenceq bench (%s) against %s: queue %s, %d-byte payloads, %d workers", r.Mode, c.Server, c.Queue, c.Payload, c.Workers)
 	if r.Mode == "latency" {
@@ -1065,7 +1069,7 @@ func (r *benchReport) writeText(w io.Writer) {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "latency (ms)\tcount\tp50\tp99\tmax\t")
-	line := func(name string, s latencySummary) {
+	line := func(name string, s LatencySummary) {
 		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.3f\t%.3f\t\n", name, s.Count, s.P50, s.P99, s.Max)
 	}
 	for _, p := range r.Phases {

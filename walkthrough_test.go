@@ -1,0 +1,152 @@
+package main
+
+// The docs cannot drift: the shell blocks of README.md and docs/*.md marked
+// "<!-- test: walkthrough -->" run against the real binary, and every
+// command whose comment promises a status ("# → 409") must print that
+// status as its last word. The conventions are in internal/walkthrough.
+//
+// The server is started on 127.0.0.1:7420, the address the blocks are
+// written for (another free port when 7420 is taken; the blocks are then
+// rewritten to it). FENCEQ_WALKTHROUGH_SERVER=URL runs the blocks against
+// a server that is already running instead, e.g. a validating proxy in
+// front of one; the blocks marked "refusals" (requests the API document
+// does not allow, sent to show the refusal) are skipped then. Every file's
+// blocks run twice on the same server: a reader may paste them again.
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/internal/walkthrough"
+)
+
+// docFiles are the markdown files whose marked blocks run.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"README.md"}, files...)
+}
+
+func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
+	type page struct {
+		file   string
+		blocks []walkthrough.Block
+	}
+	var pages []page
+	promised := map[string]map[int]bool{}
+	for _, f := range docFiles(t) {
+		md, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, err := walkthrough.Parse(f, md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		pages = append(pages, page{f, blocks})
+		promised[f] = map[int]bool{}
+		for _, b := range blocks {
+			for _, p := range b.Promises() {
+				promised[f][p.Status] = true
+			}
+		}
+	}
+	// The README's walk is the point of the README: the stale token's 404
+	// and 409, and the current token's 200.
+	for _, st := range []int{200, 404, 409} {
+		if !promised["README.md"][st] {
+			t.Errorf("README.md's walkthrough blocks promise no %d; the walk with the stale token must show it", st)
+		}
+	}
+
+	base := os.Getenv("FENCEQ_WALKTHROUGH_SERVER")
+	if base != "" {
+		for i := range pages {
+			pages[i].blocks = slices.DeleteFunc(pages[i].blocks, func(b walkthrough.Block) bool { return b.Refusals })
+		}
+	} else {
+		listen := "127.0.0.1:7420"
+		if ln, err := net.Listen("tcp", listen); err != nil {
+			t.Logf("127.0.0.1:7420 is taken (%v); serving on another port and rewriting the blocks", err)
+			listen = "127.0.0.1:0"
+		} else {
+			ln.Close()
+		}
+		_, base = startServing(t, nil, "--db", filepath.Join(t.TempDir(), "fenceq.db"), "--listen", listen)
+	}
+	dir := t.TempDir()
+	bin, err := os.ReadFile(fenceqBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fenceq"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	for round := 1; round <= 2; round++ {
+		for _, p := range pages {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, errs := walkthrough.Run(ctx, dir, base, nil, p.blocks)
+			cancel()
+			for _, err := range errs {
+				t.Errorf("paste %d: %v", round, err)
+			}
+			if len(errs) > 0 {
+				t.Logf("paste %d of %s printed:\n%s", round, p.file, out)
+			} else if testing.Verbose() {
+				n := 0
+				for _, b := range p.blocks {
+					n += len(b.Promises())
+				}
+				t.Logf("paste %d of %s: %d blocks, %d promised statuses kept", round, p.file, len(p.blocks), n)
+			}
+		}
+	}
+}
+
+// linkRE finds markdown links: [text](target).
+var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+func TestDocs_READMEIsShortAndEveryLinkResolves(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(readme); n > 8000 {
+		t.Errorf("README.md is %d bytes, want at most 8000: move detail to docs/", n)
+	}
+	for _, f := range docFiles(t) {
+		md, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links := linkRE.FindAllSubmatch(md, -1)
+		if f == "README.md" && len(links) < 6 {
+			t.Errorf("README.md has %d links, want its table of links to the docs", len(links))
+		}
+		for _, m := range links {
+			target := string(m[1])
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			target, _, _ = strings.Cut(target, "#")
+			path := filepath.Join(filepath.Dir(f), filepath.FromSlash(target))
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which is not in the repository: %v", f, m[1], err)
+			}
+		}
+	}
+}
