@@ -78,8 +78,13 @@ func (s *Store) claimable(ctx context.Context, queues []string) (found bool, nex
 // one db.ClaimsBefore puts first; an expired claim with no attempts left
 // at the head goes dead on the way (db.KillExpired).
 func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
-	if err := promoteDue(w, 1000); err != nil {
-		return nil, err
+	if w.promoted == nil || !*w.promoted {
+		if err := promoteDue(w, 1000); err != nil {
+			return nil, err
+		}
+		if w.promoted != nil {
+			*w.promoted = true
+		}
 	}
 	var jobs []db.Job
 	for len(jobs) < req.Max {
@@ -89,12 +94,16 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 			return nil, err
 		}
 		fetched := 0
+		full := map[string]bool{} // the queue's expired list may go on past what was fetched
 		for _, q := range req.Queues {
 			fetched += len(ready[q]) + len(expired[q])
+			full[q] = len(expired[q]) == want
 		}
 		if fetched == 0 {
 			break
 		}
+		refetch := false
+	pick:
 		for len(jobs) < req.Max {
 			var best *db.JobRecord
 			for _, q := range req.Queues {
@@ -105,6 +114,11 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 					w.audit(ev)
 					if err := putJob(w, old, &next); err != nil {
 						return nil, err
+					}
+					if len(expired[q]) == 0 && full[q] {
+						// Killed every expired claim fetched: more may follow.
+						refetch = true
+						break pick
 					}
 				}
 				if r := ready[q]; len(r) > 0 && (best == nil || db.ClaimsBefore(r[0], best)) {
@@ -128,7 +142,7 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 			}
 			jobs = append(jobs, next.Job())
 		}
-		if fetched < want {
+		if !refetch && fetched < want {
 			break // every eligible row was fetched: nothing is left
 		}
 	}

@@ -213,6 +213,7 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 		cancel()
 	}()
 	backoff := 50 * time.Millisecond
+	first := true
 	for ctx.Err() == nil {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err == nil {
@@ -220,8 +221,15 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
-			s.waiters.all()
-			s.nameWaiters.all()
+			if first {
+				first = false
+				close(s.listening)
+			} else {
+				// Notifications sent while it was away are lost: everyone
+				// looks again.
+				s.waiters.all()
+				s.nameWaiters.all()
+			}
 			for {
 				n, err := conn.WaitForNotification(ctx)
 				if err != nil {

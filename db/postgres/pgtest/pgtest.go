@@ -41,21 +41,24 @@ func NewSchema(tb testing.TB) string {
 	tb.Helper()
 	base := ServerURL(tb)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("connect to %s: %v", EnvURL, err)
+	exec := func(sql string) error {
+		admin, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return err
+		}
+		defer admin.Close(ctx)
+		_, err = admin.Exec(ctx, sql)
+		return err
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "fenceq_test_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE SCHEMA `+name); err != nil {
-		admin.Close(ctx)
-		tb.Fatalf("create schema %s: %v", name, err)
+	// No connection is held between: a test that makes many schemas
+	// (a property test) must not hold a connection for each.
+	if err := exec(`CREATE SCHEMA ` + name); err != nil {
+		tb.Fatalf("create schema %s on %s: %v", name, EnvURL, err)
 	}
-	tb.Cleanup(func() {
-		_, _ = admin.Exec(ctx, `DROP SCHEMA IF EXISTS `+name+` CASCADE`)
-		admin.Close(ctx)
-	})
+	tb.Cleanup(func() { _ = exec(`DROP SCHEMA IF EXISTS ` + name + ` CASCADE`) })
 	u, err := url.Parse(base)
 	if err != nil {
 		tb.Fatal(err)
