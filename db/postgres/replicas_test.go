@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -467,5 +468,35 @@ func waitSleeping(tb testing.TB, s *Store, queue string) {
 			tb.Fatalf("no claim is waiting on %s", queue)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// BenchmarkCrossReplicaWakeUp: a worker long-polls on replica B; each job
+// is enqueued through replica A once the worker waits. It reports the time
+// from the enqueue's call to the worker's claim returning (p50, p99).
+func BenchmarkCrossReplicaWakeUp(b *testing.B) {
+	u := newTestDB(b)
+	a, r := mustOpen(b, u, Options{}), mustOpen(b, u, Options{})
+	var lat []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		got := make(chan time.Time, 1)
+		go func() {
+			jobs, err := r.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}, Wait: 10 * time.Second})
+			if err != nil || len(jobs) != 1 {
+				b.Errorf("claim on B = %v, %v", jobs, err)
+			}
+			got <- time.Now()
+		}()
+		waitSleeping(b, r, "q")
+		start := time.Now()
+		mustEnqueueJob(b, a, db.EnqueueRequest{Principal: "p", Queue: "q"})
+		lat = append(lat, (<-got).Sub(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
 	}
 }
