@@ -322,7 +322,14 @@ func TestReplicas_LongPollOnBIsWokenByAnEnqueueOnA(t *testing.T) {
 		prepare func(t *testing.T) func() // returns what makes a job available through A
 	}{
 		{"enqueue", func(t *testing.T) func() {
-			return func() { mustEnqueueJob(t, a, db.EnqueueRequest{Principal: "p", Queue: "q"}) }
+			return func() {
+				// Weaker across replicas: A's transaction does not hand the
+				// job to B's waiter (it would within one replica); B is
+				// woken and claims in a transaction of its own.
+				if j := mustEnqueueJob(t, a, db.EnqueueRequest{Principal: "p", Queue: "q"}); j.State != db.StateAvailable {
+					t.Errorf("enqueue through A = %s, want available (handed to nobody on A)", j.State)
+				}
+			}
 		}},
 		{"fail without delay", func(t *testing.T) func() {
 			j := mustEnqueueJob(t, a, db.EnqueueRequest{Principal: "p", Queue: "q"})
