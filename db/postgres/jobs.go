@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -478,20 +479,12 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 		if len(ids) == 0 {
 			return nil
 		}
-		sortIDs(ids)
+		slices.Sort(ids)
 		deleted = len(ids)
 		w.audit(db.SweepEvent(ids, retention))
 		return nil
 	})
 	return deleted, err
-}
-
-func sortIDs(ids []uint64) {
-	for i := 1; i < len(ids); i++ {
-		for j := i; j > 0 && ids[j] < ids[j-1]; j-- {
-			ids[j], ids[j-1] = ids[j-1], ids[j]
-		}
-	}
 }
 
 // sweepLock is the advisory lock a replica holds while it sweeps.

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -53,9 +54,10 @@ type Options struct {
 	MaxConns int32
 	// ConnectTimeout bounds the first connection at Open. Default 10s.
 	ConnectTimeout time.Duration
-	// LocalClockSkew is for tests only: it moves this replica's own clock
-	// (what it would read from its host) by the given amount, to show that
-	// lease expiry does not depend on it.
+	// LocalClockSkew is for tests only: it moves this replica's host clock
+	// (Rules.Now's default, the clock the bbolt engine judges leases by)
+	// by the given amount, to show that this engine never judges a lease
+	// by it.
 	LocalClockSkew time.Duration
 }
 
@@ -109,6 +111,10 @@ func IsURL(dsn string) bool {
 // than this build knows, each with a message that says which.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	testClock := opts.Now != nil
+	if !testClock && opts.LocalClockSkew != 0 {
+		skew := opts.LocalClockSkew
+		opts.Now = func() time.Time { return time.Now().Add(skew) }
+	}
 	opts.setDefaults()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -288,10 +294,6 @@ func (s *Store) Ping(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `SELECT 1`)
 	return s.readError(err)
 }
-
-// localNow is this replica's own clock (skewed in tests). It sets the
-// real-time timers of long-polls, never a time the rules compare.
-func (s *Store) localNow() time.Time { return time.Now().Add(s.opts.LocalClockSkew) }
 
 // clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
 // the test clock's reading in Unix nanoseconds.
@@ -478,7 +480,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 	}
 	if err != nil {
-		finish(s.writeError(err, false))
+		finish(s.writeError(err))
 		return nil
 	}
 	var all writer
@@ -501,7 +503,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			if _, err = tx.Exec(ctx, `SAVEPOINT fenceq_op`); err != nil {
 				_ = tx.Rollback(ctx)
 				abort()
-				finish(s.writeError(err, false))
+				finish(s.writeError(err))
 				return nil
 			}
 		}
@@ -519,7 +521,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 				op.tries++
 				return []*writeOp{op}
 			}
-			finish(s.writeError(err, false))
+			finish(s.writeError(err))
 			return nil
 		}
 		if err != nil {
@@ -527,7 +529,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceq_op`); rerr != nil {
 					_ = tx.Rollback(ctx)
 					abort()
-					finish(s.writeError(rerr, false))
+					finish(s.writeError(rerr))
 					return nil
 				}
 			}
@@ -536,7 +538,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 				retry = append(retry, op)
 				continue
 			}
-			op.err = s.writeError(err, true)
+			op.err = s.writeError(err)
 			ran = append(ran, op)
 			continue
 		}
@@ -554,7 +556,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET next_job_id = $1 WHERE id = 1`, nextID); err != nil {
 			_ = tx.Rollback(ctx)
 			abort()
-			finish(s.writeError(err, false))
+			finish(s.writeError(err))
 			return nil
 		}
 	}
@@ -564,7 +566,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		if retryable(err) {
 			return batch
 		}
-		finish(s.writeError(err, false))
+		finish(s.writeError(err))
 		return nil
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -596,7 +598,7 @@ func commitError(s *Store, err error) error {
 }
 
 // writeError maps an error of a mutation to what its caller sees.
-func (s *Store) writeError(err error, _ bool) error {
+func (s *Store) writeError(err error) error {
 	if err == nil || db.IsRefusal(err) {
 		return err
 	}
@@ -671,7 +673,7 @@ func (s *Store) finishBatch(w *writer, head auditHead) error {
 		}
 		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
 		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(seq), prev)
-		keys := slices.Sorted(mapKeys(counts))
+		keys := slices.Sorted(maps.Keys(counts))
 		ns := make([]int64, len(keys))
 		for i, k := range keys {
 			ns[i] = counts[k]
@@ -709,14 +711,4 @@ func (s *Store) finishBatch(w *writer, head auditHead) error {
 		return nil
 	}
 	return w.tx.SendBatch(w.ctx, b).Close()
-}
-
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
