@@ -64,6 +64,19 @@ func TestBenchCommandDrivesARealServer(t *testing.T) {
 		})
 	}
 
+	t.Run("through client.Worker", func(t *testing.T) {
+		rep := runBench(t, base, "--jobs", "300", "--producers", "4", "--worker", "--concurrency", "8")
+		if !rep.Config.Worker || rep.Config.Workers != 1 || rep.Config.Concurrency != 8 || rep.Completed < 300 {
+			t.Fatalf("report config %+v, completed %d; want one Worker of 8 handlers, 300 completed", rep.Config, rep.Completed)
+		}
+		drain := rep.Phases[1]
+		// Batched completions with claims in their transactions: fewer
+		// commits than jobs (separate calls take about one per job).
+		if drain.Commits == nil || *drain.Commits >= 300 {
+			t.Errorf("drain through the Worker took %v commits for 300 jobs, want fewer than one per job", drain.Commits)
+		}
+	})
+
 	t.Run("latency mode", func(t *testing.T) {
 		rep := runBench(t, base, "--rate", "200", "--duration", "1s", "--workers", "2", "--claim-next")
 		if rep.Mode != "latency" || rep.Enqueued != 200 || rep.Completed != 200 {

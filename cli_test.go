@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,6 +51,21 @@ func cliJob(t *testing.T, base string, id uint64) map[string]any {
 	st, j := call(t, "GET", fmt.Sprintf("%s/v1/jobs/%d", base, id), "")
 	wantStatus(t, fmt.Sprintf("GET job %d", id), st, j, http.StatusOK)
 	return j
+}
+
+// cliGet returns the body of GET base+path, which must be 200.
+func cliGet(t *testing.T, base, path string) string {
+	t.Helper()
+	resp, err := http.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return string(b)
 }
 
 // cliWait polls cond every 20ms until it holds, or fails after timeout.
@@ -306,11 +322,11 @@ func TestCLI_UnreachableServer(t *testing.T) {
 func TestCLI_HelpListsEveryCommand(t *testing.T) {
 	out, _ := mustRun(t, nil, 0, "help")
 	for _, cmd := range []string{"serve", "token new", "bench", "enqueue", "get ID", "list", "cancel ID", "retry ID", "stats",
-		"lease acquire", "lease renew", "lease release", "lease check", "lease show", "audit verify", "backup --out", "worker --exec"} {
+		"lease acquire", "lease renew", "lease release", "lease check", "lease show", "audit verify", "audit archive", "backup --out", "worker --exec"} {
 		mustContain(t, "fenceq help", out, "fenceq "+cmd)
 	}
 	for _, args := range [][]string{{"enqueue"}, {"get"}, {"list"}, {"cancel"}, {"retry"}, {"stats"}, {"lease", "acquire"},
-		{"lease", "renew"}, {"lease", "release"}, {"lease", "check"}, {"lease", "show"}, {"audit", "verify"}, {"backup"}, {"worker"}} {
+		{"lease", "renew"}, {"lease", "release"}, {"lease", "check"}, {"lease", "show"}, {"audit", "verify"}, {"audit", "archive"}, {"backup"}, {"worker"}} {
 		_, stderr := mustRun(t, nil, 0, append(args, "--help")...)
 		mustContain(t, strings.Join(args, " ")+" --help", stderr, "usage: fenceq "+strings.Join(args, " "), "-server")
 	}
@@ -382,6 +398,20 @@ func TestWorkerExec_CompletesFailsAndHeartbeats(t *testing.T) {
 	cliWait(t, 5*time.Second, "the worker logs the command's stderr", func() bool {
 		return strings.Contains(w.stderr.String(), fmt.Sprintf("[job %d] a warning", text))
 	})
+	// It went through the batched calls (client.Worker): completions,
+	// failures and heartbeats on /v1/jobs/{complete,fail,heartbeat}, none
+	// on the single-job routes.
+	metrics := cliGet(t, base, "/metrics")
+	for _, route := range []string{"/v1/jobs/complete", "/v1/jobs/fail", "/v1/jobs/heartbeat"} {
+		if !strings.Contains(metrics, `route="`+route+`"`) {
+			t.Errorf("/metrics has no request on %s; want the worker's batched calls there", route)
+		}
+	}
+	for _, route := range []string{"/v1/jobs/:id/complete", "/v1/jobs/:id/fail", "/v1/jobs/:id/heartbeat"} {
+		if strings.Contains(metrics, `route="`+route+`"`) {
+			t.Errorf("/metrics shows requests on %s; want the worker to batch them", route)
+		}
+	}
 
 	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -106,6 +106,35 @@ func (a *crashAcks) badf(format string, args ...any) {
 	}
 }
 
+// loadAcks records what the load goroutines were answered: crashAcks (by
+// id) for kill -9, powerAcks (by payload) for power cuts.
+type loadAcks interface {
+	enqueueAcked(payloads []string, jobs []crashJob)
+	completeAcked(job crashJob, result string)
+	badf(format string, args ...any)
+	// serverErrorsExpected: a 5xx is a failed commit (a power cut), not a bug.
+	serverErrorsExpected() bool
+}
+
+func (a *crashAcks) enqueueAcked(payloads []string, jobs []crashJob) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, j := range jobs {
+		a.enqueued[j.ID] = payloads[i]
+	}
+}
+
+func (a *crashAcks) completeAcked(job crashJob, result string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if prev, ok := a.completed[job.ID]; ok {
+		a.doubles = append(a.doubles, fmt.Sprintf("job %d: completed with token %d, then again with token %d", job.ID, prev.token, job.FencingToken))
+	}
+	a.completed[job.ID] = crashCompletion{token: job.FencingToken, result: result}
+}
+
+func (a *crashAcks) serverErrorsExpected() bool { return false }
+
 type crashJob struct {
 	ID           uint64          `json:"id"`
 	State        string          `json:"state"`
@@ -120,7 +149,7 @@ type crashStats struct {
 }
 
 // crashProducer enqueues until stop, one job or a batch of three at a time.
-func crashProducer(c *crashClient, acks *crashAcks, st *crashStats, queue, name string, stop <-chan struct{}) {
+func crashProducer(c *crashClient, acks loadAcks, st *crashStats, queue, name string, stop <-chan struct{}) {
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for n := 0; ; n++ {
 		select {
@@ -148,7 +177,9 @@ func crashProducer(c *crashClient, acks *crashAcks, st *crashStats, queue, name 
 			continue
 		}
 		if status != http.StatusCreated {
-			acks.badf("enqueue: status %d %s", status, raw)
+			if status < 500 || !acks.serverErrorsExpected() {
+				acks.badf("enqueue: status %d %s", status, raw)
+			}
 			continue
 		}
 		// Producers pace themselves a little so that the workers keep up
@@ -169,18 +200,14 @@ func crashProducer(c *crashClient, acks *crashAcks, st *crashStats, queue, name 
 			acks.badf("enqueue of %d jobs answered %s", len(payloads), raw)
 			continue
 		}
-		acks.mu.Lock()
-		for i, j := range jobs {
-			acks.enqueued[j.ID] = payloads[i]
-		}
-		acks.mu.Unlock()
+		acks.enqueueAcked(payloads, jobs)
 	}
 }
 
 // crashWorker claims and completes until stop. Now and then it fails an
 // attempt (the job comes back), heartbeats first, or stalls past its lease
 // before completing, so that some completions are stale.
-func crashWorker(c *crashClient, acks *crashAcks, st *crashStats, queue, worker string, stop <-chan struct{}) {
+func crashWorker(c *crashClient, acks loadAcks, st *crashStats, queue, worker string, stop <-chan struct{}) {
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	for {
 		select {
@@ -200,6 +227,9 @@ func crashWorker(c *crashClient, acks *crashAcks, st *crashStats, queue, worker 
 			continue
 		}
 		var job crashJob
+		if status >= 500 && acks.serverErrorsExpected() {
+			continue
+		}
 		if status != http.StatusOK || json.Unmarshal(raw, &job) != nil || job.ID == 0 || job.FencingToken == 0 {
 			acks.badf("claim: status %d %s", status, raw)
 			continue
@@ -226,12 +256,8 @@ func crashWorker(c *crashClient, acks *crashAcks, st *crashStats, queue, worker 
 		case status == http.StatusConflict:
 			st.stale.Add(1)
 		case status == http.StatusOK:
-			acks.mu.Lock()
-			if prev, ok := acks.completed[job.ID]; ok {
-				acks.doubles = append(acks.doubles, fmt.Sprintf("job %d: completed with token %d, then again with token %d", job.ID, prev.token, job.FencingToken))
-			}
-			acks.completed[job.ID] = crashCompletion{token: job.FencingToken, result: result}
-			acks.mu.Unlock()
+			acks.completeAcked(job, result)
+		case status >= 500 && acks.serverErrorsExpected():
 		default:
 			acks.badf("complete: status %d %s", status, raw)
 		}
@@ -279,6 +305,42 @@ func (s *crashServer) kill() {
 	case <-time.After(10 * time.Second):
 		s.t.Fatalf("fenceq did not die within 10s of SIGKILL")
 	}
+}
+
+// drain claims and completes every job of queue that can be claimed, then
+// stops the server with SIGTERM; it returns how many it completed.
+func (s *crashServer) drain(queue string) int {
+	t := s.t
+	t.Helper()
+	drained := 0
+	for {
+		status, raw, err := s.client.do("POST", "/v1/claim", fmt.Sprintf(`{"worker":"drain","queues":[%q],"lease_ms":30000,"max":100}`, queue))
+		if err != nil {
+			t.Fatalf("drain claim: %v", err)
+		}
+		if status == http.StatusNoContent {
+			break
+		}
+		var page struct{ Jobs []crashJob }
+		if status != http.StatusOK || json.Unmarshal(raw, &page) != nil {
+			t.Fatalf("drain claim: status %d %s", status, raw)
+		}
+		for _, j := range page.Jobs {
+			status, raw, err := s.client.do("POST", fmt.Sprintf("/v1/jobs/%d/complete", j.ID),
+				fmt.Sprintf(`{"worker":"drain","fencing_token":%d,"result":"drained"}`, j.FencingToken))
+			if err != nil || status != http.StatusOK {
+				t.Fatalf("drain complete of job %d: %d %s %v", j.ID, status, raw, err)
+			}
+			drained++
+		}
+	}
+	if err := s.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.proc.exit(t, 30*time.Second); code != 0 {
+		t.Fatalf("fenceq after SIGTERM exited %d; stderr:\n%s", code, s.proc.stderr)
+	}
+	return drained
 }
 
 // addrOrEmpty is addr without failing: "" when the process exited first.
@@ -442,34 +504,7 @@ func TestCrash_KillNineUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// claimable (none stuck claimed), and completing it must leave the
 	// acknowledged completions alone.
 	srv.start()
-	drained := 0
-	for {
-		status, raw, err := srv.client.do("POST", "/v1/claim", fmt.Sprintf(`{"worker":"drain","queues":[%q],"lease_ms":30000,"max":100}`, queue))
-		if err != nil {
-			t.Fatalf("drain claim: %v", err)
-		}
-		if status == http.StatusNoContent {
-			break
-		}
-		var page struct{ Jobs []crashJob }
-		if status != http.StatusOK || json.Unmarshal(raw, &page) != nil {
-			t.Fatalf("drain claim: status %d %s", status, raw)
-		}
-		for _, j := range page.Jobs {
-			status, raw, err := srv.client.do("POST", fmt.Sprintf("/v1/jobs/%d/complete", j.ID),
-				fmt.Sprintf(`{"worker":"drain","fencing_token":%d,"result":"drained"}`, j.FencingToken))
-			if err != nil || status != http.StatusOK {
-				t.Fatalf("drain complete of job %d: %d %s %v", j.ID, status, raw, err)
-			}
-			drained++
-		}
-	}
-	if err := srv.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if code := srv.proc.exit(t, 30*time.Second); code != 0 {
-		t.Fatalf("fenceq after SIGTERM exited %d; stderr:\n%s", code, srv.proc.stderr)
-	}
+	drained := srv.drain(queue)
 	after := checkAcks(t, path, acks, "after the drain")
 	for state, n := range after {
 		if state != db.StateCompleted {

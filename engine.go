@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
@@ -14,12 +13,13 @@ import (
 
 // openEngine opens the store --db names: a postgres:// or postgresql://
 // URL is a PostgreSQL database that several servers may share; anything
-// else is a bbolt file.
-func openEngine(ctx context.Context, dsn string, rules db.Rules, settle time.Duration) (db.Store, error) {
+// else is a bbolt file, opened with boltOpts.
+func openEngine(ctx context.Context, dsn string, rules db.Rules, boltOpts bolt.Options) (db.Store, error) {
 	if postgres.IsURL(dsn) {
 		return postgres.Open(ctx, dsn, postgres.Options{Rules: rules})
 	}
-	store, err := bolt.Open(dsn, bolt.Options{Rules: rules, SettleTime: settle})
+	boltOpts.Rules = rules
+	store, err := bolt.Open(dsn, boltOpts)
 	if errors.Is(err, bolt.ErrLocked) {
 		return nil, fmt.Errorf("%w; is another fenceq serving this file?", err)
 	}

@@ -12,21 +12,21 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/bench"
+	"github.com/fenceq/fenceq/internal/buildinfo"
 	"github.com/fenceq/fenceq/internal/cli"
 	"github.com/fenceq/fenceq/web"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(os.Stderr) // signals.go
 	defer stop()
 	setGCDefault()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
@@ -44,6 +44,7 @@ Usage:
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
+  fenceq version [--json]                     print the version, commit and Go version (also --version)
   fenceq help                                 show this help
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
@@ -58,7 +59,13 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq lease release NAME TOKEN --holder H                   give it back
   fenceq lease check NAME TOKEN                                exit 0 while TOKEN is current
   fenceq lease show [NAME] [--prefix P]                        show one lease, or list them
-  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file offline, or by the server
+  fenceq queue pause QUEUE                                 stop claims of a queue; it still takes enqueues (admin)
+  fenceq queue resume QUEUE                                let claims take its jobs again (admin)
+  fenceq queue list                                        queues, whether each is paused, job counts
+  fenceq audit verify [--db FILE | --server URL]           verify the audit chain: of a file (a database or an archive)
+                                                           offline, or by the server
+  fenceq audit archive --out FILE                          move the audit records older than the server's
+                                                           --audit-retention into FILE (admin)
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
@@ -77,7 +84,7 @@ over the environment.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	// "-h" and "--help" first are the general help, not serve's flags.
-	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || args[0] == "-h" || args[0] == "--help" || args[0] == "--version") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -87,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return bench.Command(ctx, args, stdout, stderr)
 	case "copy":
 		return copyCommand(ctx, args, stdout, stderr)
+	case "version", "--version":
+		return versionCommand(args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -115,6 +124,10 @@ type serveConfig struct {
 	maxHeaderBytes int
 	retention      time.Duration
 	sweepEvery     time.Duration
+	maxDBSize      int64
+	logFormat      string
+	logLevel       string
+	auditRetention time.Duration
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -128,7 +141,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
 	fs.DurationVar(&cfg.commitSettle, "commit-settle", 500*time.Microsecond, "under load, how long a commit may wait for the previous commit's callers to come back (0: never wait)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
-	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may take to finish before their connections are closed (waiting claims and lease acquires are answered at once; a second signal exits at once)")
 	fs.StringVar(&cfg.authFile, "auth-file", "", "principals file: one \"name roles sha256-of-token\" a line; without it every request is principal \"local\" and only loopback addresses may be served")
 	fs.BoolVar(&cfg.insecure, "insecure", false, "allow a non-loopback --listen without --auth-file")
 	fs.StringVar(&cfg.tlsCert, "tls-cert", "", "TLS certificate file (PEM); serve HTTPS with --tls-key")
@@ -140,7 +153,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
+	fs.Int64Var(&cfg.maxDBSize, "max-db-size", defaultMaxDBSize(), "largest the database file may grow, in bytes (0: no limit); a write past it is refused with resource_exhausted, reads go on. Default 512 MiB on 32-bit builds, none on 64-bit")
+	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
+	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
+	fs.DurationVar(&cfg.auditRetention, "audit-retention", 0, "audit records older than this may be moved out by \"fenceq audit archive\" (archived to a file, then removed); 0 keeps every record for ever")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
+		return err
+	}
+	maxSize, err := maxDBSizeOption(cfg.maxDBSize)
+	if err != nil {
 		return err
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
@@ -161,10 +182,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Usagef("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
 			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)
 	}
+	if cfg.auditRetention < 0 {
+		return cli.Usagef("--audit-retention must not be negative (0 keeps every audit record)")
+	}
 	if cfg.defaultLease <= 0 || cfg.maxLease <= 0 || cfg.defaultLease > cfg.maxLease {
 		return cli.Usagef("--default-lease and --max-lease must be positive, and the default at most the max")
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
+	if err != nil {
+		return err
+	}
 
 	// Listen before opening the store: a start that fails on a taken port
 	// must not leave a new, empty --db file behind.
@@ -174,16 +201,23 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ln.Close()
 
+	// FENCEQ_TEST_NOSYNC=1 is for the power-loss test's control only
+	// (docs/powerloss.md): commits are acknowledged unsynced.
+	noSync := os.Getenv("FENCEQ_TEST_NOSYNC") == "1"
+	if noSync {
+		logger.Warn("FENCEQ_TEST_NOSYNC=1: commits are not synced, a power cut loses acknowledged writes (for tests only)")
+	}
 	// The one place that picks an engine (engine.go).
 	store, err := openEngine(ctx, cfg.dbPath, db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
-		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing}, settleOption(cfg.commitSettle))
+		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing},
+		bolt.Options{SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize, NoSync: noSync})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, WriteTimeout: cfg.writeTimeout})
+		Principals: principals, WriteTimeout: cfg.writeTimeout, AuditRetention: cfg.auditRetention})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,
@@ -197,8 +231,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", displayDB(cfg.dbPath),
-		"require_fencing", cfg.requireFencing, "auth", principals != nil)
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", displayDB(cfg.dbPath), "version", buildinfo.Read().Version,
+		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
 		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)
@@ -217,12 +251,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down: finishing in-flight requests", "timeout", cfg.shutdownWait)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.shutdownWait)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		logger.Warn("shutdown did not finish cleanly", "err", err)
-	}
+	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", displayDB(cfg.dbPath), err)
 	}

@@ -48,10 +48,16 @@ func (s *Server) listAudit(c echo.Context) error {
 }
 
 type auditReportResponse struct {
-	OK          bool   `json:"ok"`
-	Records     uint64 `json:"records"`
-	HeadSeq     uint64 `json:"head_seq"`
-	HeadHash    string `json:"head_hash"`
+	OK       bool   `json:"ok"`
+	Records  uint64 `json:"records"`
+	HeadSeq  uint64 `json:"head_seq"`
+	HeadHash string `json:"head_hash"`
+	// StartSeq is where the stored chain begins: the checkpoint of the
+	// records archived and removed (absent when none were).
+	StartSeq  uint64 `json:"start_seq,omitempty"`
+	StartHash string `json:"start_hash,omitempty"`
+	// VerifiedSeq is the last record that checked out.
+	VerifiedSeq uint64 `json:"verified_seq"`
 	FirstBroken uint64 `json:"first_broken,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 }
@@ -60,6 +66,7 @@ type auditReportResponse struct {
 // and the status page's audit head).
 func auditReportJSON(r db.AuditReport) auditReportResponse {
 	return auditReportResponse{OK: r.OK, Records: r.Records, HeadSeq: r.HeadSeq, HeadHash: r.HeadHash,
+		StartSeq: r.StartSeq, StartHash: r.StartHash, VerifiedSeq: r.VerifiedSeq,
 		FirstBroken: r.FirstBroken, Reason: r.Reason}
 }
 

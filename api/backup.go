@@ -35,13 +35,13 @@ func (s *Server) backup(c echo.Context) error {
 	}
 	n, err := b.Backup(c.Request().Context(), w)
 	if err == nil {
-		s.log.Info("backup", "principal", principalOf(c), "bytes", n)
+		s.log.InfoContext(c.Request().Context(), "backup", "principal", principalOf(c), "bytes", n)
 		return nil
 	}
 	if !w.started {
 		return err
 	}
-	s.log.Warn("backup aborted after it started", "principal", principalOf(c), "bytes", n, "err", err)
+	s.log.WarnContext(c.Request().Context(), "backup aborted after it started", "principal", principalOf(c), "bytes", n, "err", err)
 	// Tell net/http to drop the connection without completing the body.
 	panic(http.ErrAbortHandler)
 }
@@ -49,17 +49,22 @@ func (s *Server) backup(c echo.Context) error {
 // backupWriter sends the response headers with the first write and extends
 // the write deadline before every write.
 type backupWriter struct {
-	res     *echo.Response
-	rc      *http.ResponseController
-	name    string
-	started bool
+	res         *echo.Response
+	rc          *http.ResponseController
+	name        string
+	contentType string // default application/octet-stream
+	started     bool
 }
 
 func (w *backupWriter) Write(p []byte) (int, error) {
 	if !w.started {
 		w.started = true
 		h := w.res.Header()
-		h.Set(echo.HeaderContentType, echo.MIMEOctetStream)
+		ct := w.contentType
+		if ct == "" {
+			ct = echo.MIMEOctetStream
+		}
+		h.Set(echo.HeaderContentType, ct)
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+w.name+`"`)
 		h.Set("Cache-Control", "no-store")
 		w.res.WriteHeader(http.StatusOK)

@@ -26,6 +26,7 @@ var statusNames = map[string]int{
 	"StatusMethodNotAllowed":      http.StatusMethodNotAllowed,
 	"StatusConflict":              http.StatusConflict,
 	"StatusRequestEntityTooLarge": http.StatusRequestEntityTooLarge,
+	"StatusInsufficientStorage":   http.StatusInsufficientStorage,
 	"StatusUnsupportedMediaType":  http.StatusUnsupportedMediaType,
 	"StatusTooManyRequests":       http.StatusTooManyRequests,
 	"StatusInternalServerError":   http.StatusInternalServerError,

@@ -35,7 +35,7 @@ var errorCodes = map[string][]int{
 	"permission_denied":   {http.StatusForbidden},
 	"not_found":           {http.StatusNotFound},
 	"failed_precondition": {http.StatusConflict},
-	"resource_exhausted":  {http.StatusRequestEntityTooLarge},
+	"resource_exhausted":  {http.StatusRequestEntityTooLarge, http.StatusInsufficientStorage},
 	"cancelled":           {statusClientClosedRequest},
 	"internal":            {http.StatusInternalServerError},
 	"unavailable":         {http.StatusServiceUnavailable},
@@ -44,6 +44,10 @@ var errorCodes = map[string][]int{
 // statusClientClosedRequest is nginx's status for a request whose client
 // went away before the reply; net/http has no name for it.
 const statusClientClosedRequest = 499
+
+// fullMessage names the flag an operator changes when the file is full.
+const fullMessage = "the database file has reached its size limit (--max-db-size): the request was not committed; " +
+	"reads go on; raise --max-db-size and restart the server, or free space in the file (finished jobs are deleted after --retention)"
 
 // toAPIError classifies err. Unknown errors are internal: logged in full,
 // shown to the client as "internal error". A full disk is logged the same
@@ -59,6 +63,12 @@ func toAPIError(err error) (*Error, bool) {
 		// there is space again.
 		return &Error{http.StatusServiceUnavailable, "unavailable",
 			"the disk holding the queue is full (no space left on device): the request was not committed; retry when space has been freed"}, false
+	}
+	if errors.Is(err, db.ErrFull) {
+		// 507, not 413: the request is fine, the server's file is full; a
+		// client should not shrink the request, and generic clients do not
+		// retry 507 by themselves as they do 503 (docs/edge.md).
+		return &Error{http.StatusInsufficientStorage, "resource_exhausted", fullMessage}, true
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		// The request's own deadline (Config.WriteTimeout) passed before
@@ -118,17 +128,17 @@ func (s *Server) handleError(err error, c echo.Context) {
 	apiErr, known := toAPIError(err)
 	req := c.Request()
 	if !known {
-		s.log.Error("internal error", "method", req.Method, "path", req.URL.Path, "err", err)
+		s.log.ErrorContext(req.Context(), "internal error", "method", req.Method, "path", req.URL.Path, "err", err)
 	} else {
 		// Refusals change nothing and are not audited; they are counted and logged.
 		method, route := routeLabels(c)
 		s.refusals.add(method+" "+route, apiErr.Code)
-		s.log.Info("refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
+		s.log.InfoContext(req.Context(), "refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
 			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
 	}
 	var body errorBody
 	body.Error.Code, body.Error.Message = apiErr.Code, apiErr.Message
 	if err := c.JSON(apiErr.Status, body); err != nil {
-		s.log.Warn("write error response", "err", err)
+		s.log.WarnContext(req.Context(), "write error response", "err", err)
 	}
 }

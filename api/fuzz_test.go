@@ -160,6 +160,58 @@ func FuzzHeartbeatBody(f *testing.F) { fuzzFenced(f, "heartbeat") }
 func FuzzCompleteBody(f *testing.F)  { fuzzFenced(f, "complete") }
 func FuzzFailBody(f *testing.F)      { fuzzFenced(f, "fail") }
 
+// FuzzBatchBody sends bodies to the batched fenced calls
+// (POST /v1/jobs/{heartbeat,complete,fail}); op picks the route. A 200 must
+// carry one result per item, each a job or an error with a known code.
+func FuzzBatchBody(f *testing.F) {
+	seeds := []string{
+		`{"worker":"w1","jobs":[{"id":1,"fencing_token":1,"lease_ms":30000}]}`,
+		`{"worker":"w1","jobs":[{"id":1,"fencing_token":1,"result":{"ok":true}},{"id":2}],"claim_next":{"max":3}}`,
+		`{"worker":"w1","jobs":[{"id":1,"fencing_token":1,"error":"boom","retry_delay_ms":0}]}`,
+		`{"worker":"w1","jobs":[]}`,
+		`{"worker":"w1","jobs":[{"id":1},{"id":1}]}`,
+		`{"worker":"w1","jobs":[1]}`,
+		`{"worker":"w1","jobs":[{"id":"1"}]}`,
+		`{"worker":"w1","jobs":[{"fencing_token":1}]}`,
+		`{"worker":"w1","jobs":[{"id":1,"fencing_token":4294967296}]}`,
+		`{"worker":"w1","jobs":[{"id":1,"worker":"w2"}],"claim_next":{"lease_ms":-1}}`,
+		`{"jobs":{"id":1}}`,
+		`[]`,
+	}
+	for i, s := range seeds {
+		f.Add(uint8(i), []byte(s))
+	}
+	fa := newFuzzAPI(f)
+	ops := []string{"heartbeat", "complete", "fail"}
+	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
+		status, raw, _ := fa.post(t, "/v1/jobs/"+ops[int(op)%len(ops)], body)
+		if status != http.StatusOK {
+			return
+		}
+		var out struct {
+			Results []struct {
+				Job   *json.RawMessage `json:"job"`
+				Error *struct {
+					Code string `json:"code"`
+				} `json:"error"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || len(out.Results) == 0 {
+			t.Fatalf("POST %s: 200 with body %s, want results", body, raw)
+		}
+		for i, r := range out.Results {
+			if (r.Job == nil) == (r.Error == nil) {
+				t.Fatalf("POST %s: results[%d] = %s, want a job or an error", body, i, raw)
+			}
+			if r.Error != nil {
+				if _, ok := knownCodes[r.Error.Code]; !ok {
+					t.Fatalf("POST %s: results[%d] code %q is not in the table", body, i, r.Error.Code)
+				}
+			}
+		}
+	})
+}
+
 func FuzzEnqueueBody(f *testing.F) {
 	for _, s := range []string{
 		`{"queue":"emails","kind":"send","payload":{"to":"a@example.com"},"priority":5,"max_attempts":3,"idempotency_key":"k1"}`,

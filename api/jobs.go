@@ -378,27 +378,24 @@ func (s *Server) adminJob(c echo.Context, op func(ctx context.Context, req db.Jo
 	return c.JSON(http.StatusOK, toJobResponse(job))
 }
 
+// queueResponse is a queue's counts and, while it is paused, since when
+// and by whom (queues.go).
 type queueResponse struct {
-	Queue  string              `json:"queue"`
-	Counts map[db.State]uint64 `json:"counts"`
+	Queue    string              `json:"queue"`
+	Counts   map[db.State]uint64 `json:"counts"`
+	Paused   bool                `json:"paused"`
+	PausedAt *time.Time          `json:"paused_at,omitempty"`
+	PausedBy string              `json:"paused_by,omitempty"`
 }
 
 func (s *Server) queues(c echo.Context) error {
-	stats, err := s.store.Stats(c.Request().Context())
+	queues, err := s.queueList(c.Request().Context())
 	if err != nil {
 		return err
 	}
-	out := struct {
+	return c.JSON(http.StatusOK, struct {
 		Queues []queueResponse `json:"queues"`
-	}{Queues: []queueResponse{}}
-	for _, q := range stats {
-		counts := map[db.State]uint64{}
-		for _, st := range db.States {
-			counts[st] = q.Counts[st]
-		}
-		out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
-	}
-	return c.JSON(http.StatusOK, out)
+	}{queues})
 }
 
 // observedStore is the Store the handlers use: every call goes to the real
@@ -453,6 +450,43 @@ func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job,
 		o.obs.failed(job.State)
 	}
 	return job, err
+}
+
+func (o observedStore) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.HeartbeatJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("heartbeat", reqs[i].Fenced, r.Err)
+		}
+	}
+	return res, err
+}
+
+func (o observedStore) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error) {
+	res, err := o.Store.CompleteJobs(ctx, req)
+	for i, r := range res.Items {
+		if r.Err != nil {
+			o.refused("complete", req.Items[i].Fenced, r.Err)
+		} else {
+			o.obs.completed()
+		}
+	}
+	if err == nil {
+		o.obs.claimed(len(res.Next))
+	}
+	return res, err
+}
+
+func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error) {
+	res, err := o.Store.FailJobs(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil {
+			o.refused("fail", reqs[i].Fenced, r.Err)
+		} else {
+			o.obs.failed(r.Job.State)
+		}
+	}
+	return res, err
 }
 
 // refused records a fenced call refused with not_found or

@@ -132,6 +132,41 @@ func largestQueues(stats []db.QueueStats, n int) []db.QueueStats {
 	return append(sorted[:n:n], other)
 }
 
+// metricQueues are the queues /metrics reports: the largest n of those
+// that run (largestQueues, the rest summed as otherQueues) and every
+// paused one, whatever its size — a paused queue is what an operator
+// alerts on, and there are at most db.MaxPausedQueues of them.
+func metricQueues(ctx context.Context, st Store, n int) ([]db.QueueStats, map[string]bool, error) {
+	stats, err := st.Stats(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pauses, err := st.PausedQueues(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	paused := make(map[string]bool, len(pauses))
+	for _, p := range pauses {
+		paused[p.Queue] = true
+	}
+	var running, held []db.QueueStats
+	for _, q := range stats {
+		if paused[q.Queue] {
+			held = append(held, q)
+			delete(paused, q.Queue)
+		} else {
+			running = append(running, q)
+		}
+	}
+	for q := range paused { // paused, no jobs
+		held = append(held, db.QueueStats{Queue: q, Counts: map[db.State]uint64{}})
+	}
+	for _, q := range held {
+		paused[q.Queue] = true
+	}
+	return append(largestQueues(running, n), held...), paused, nil
+}
+
 // storeCollector reads the store's figures at scrape time.
 type storeCollector struct{ s *Server }
 
@@ -156,10 +191,12 @@ var (
 		"Audit log records by action. Kept in the file: counts since it was created.", "action")
 	descAuditHead = desc("fenceq_audit_head_sequence",
 		"Sequence number of the newest audit record.")
+	descQueuePaused = desc("fenceq_queue_paused",
+		"1 while the queue is paused (it takes enqueues but gives no claims), 0 while it runs. Every paused queue is reported, also beyond the per-queue bound.", "queue")
 )
 
 var storeDescs = []*prometheus.Desc{descJobs, descClaims, descCompletions, descFailures, descRefusals,
-	descExpiries, descAuditRecords, descAuditHead}
+	descExpiries, descAuditRecords, descAuditHead, descQueuePaused}
 
 func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range storeDescs {
@@ -178,13 +215,19 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 
-	if stats, err := s.store.Stats(ctx); err != nil {
+	if queues, paused, err := metricQueues(ctx, s.store, s.cfg.MetricsMaxQueues); err != nil {
 		ch <- prometheus.NewInvalidMetric(descJobs, err)
+		ch <- prometheus.NewInvalidMetric(descQueuePaused, err)
 	} else {
-		for _, q := range largestQueues(stats, s.cfg.MetricsMaxQueues) {
+		for _, q := range queues {
 			for _, st := range db.States {
 				gauge(descJobs, float64(q.Counts[st]), q.Queue, string(st))
 			}
+			v := 0.0
+			if paused[q.Queue] {
+				v = 1
+			}
+			gauge(descQueuePaused, v, q.Queue)
 		}
 	}
 

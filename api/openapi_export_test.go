@@ -34,6 +34,17 @@ func RouteForTest(s *Server, method, escapedPath string) (string, bool) {
 	return c.Path(), false
 }
 
+// WaitAuditVerificationForTest waits until no walk of the status page's
+// audit verification is running (the background walk included).
+func WaitAuditVerificationForTest(s *Server) {
+	s.audit.run.Lock()
+	s.audit.run.Unlock()
+}
+
+// AuditRequestStep is auditRequestStep, for the test that shows a
+// request walks no more.
+const AuditRequestStep = auditRequestStep
+
 // ErrorCodesForTest returns the server's table of error codes and the
 // statuses each is sent with (errors.go), and the code → status pairs the
 // store's refusals (db.Codes) are sent with.

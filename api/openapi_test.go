@@ -544,6 +544,36 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.job(post(jobPath(failing.ID, "cancel"), admin, nil), http.StatusOK)
 	c.do(post(jobPath(failing.ID, "cancel"), admin, nil), http.StatusConflict)
 	c.do(post(jobPath(999999, "cancel"), admin, nil), http.StatusNotFound)
+	// Batches: heartbeats with a stale item, completions with claim_next
+	// and an unknown job, failures; malformed batches are 400.
+	c.do(post("/v1/jobs", producer, `[{"queue":"bat"},{"queue":"bat"},{"queue":"bat"}]`), http.StatusCreated)
+	var two struct {
+		Jobs []jobView `json:"jobs"`
+	}
+	res = c.do(post("/v1/claim", worker, `{"worker":"b1","queues":["bat"],"max":2,"lease_ms":60000}`), http.StatusOK)
+	if err := json.Unmarshal(res.body, &two); err != nil || len(two.Jobs) != 2 {
+		t.Fatalf("claim of 2: %s (%v)", res.body, err)
+	}
+	ba, bb := two.Jobs[0].ID, two.Jobs[1].ID
+	res = c.do(post("/v1/jobs/heartbeat", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d,"fencing_token":1,"lease_ms":60000},{"id":%d,"fencing_token":2}]}`, ba, bb)), http.StatusOK)
+	if !bytes.Contains(res.body, []byte(`"code":"not_found"`)) {
+		t.Fatalf("batch heartbeat with a stale item: %s", res.body)
+	}
+	res = c.do(post("/v1/jobs/complete", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d,"fencing_token":1,"result":{"ok":1}},{"id":999999}],"claim_next":{"queues":["bat"],"max":2,"lease_ms":60000}}`, ba)), http.StatusOK)
+	var batchOut struct {
+		NextJobs []jobView `json:"next_jobs"`
+	}
+	if err := json.Unmarshal(res.body, &batchOut); err != nil || len(batchOut.NextJobs) != 1 {
+		t.Fatalf("batch complete with claim_next: %s (%v)", res.body, err)
+	}
+	c.do(post("/v1/jobs/fail", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d,"fencing_token":1,"error":"boom","retry_delay_ms":null},{"id":%d,"error":"x","final":true}]}`, bb, batchOut.NextJobs[0].ID)), http.StatusOK)
+	r = post("/v1/jobs/complete", worker, `{"worker":"b1","jobs":[]}`)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
+	c.do(post("/v1/jobs/fail", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d},{"id":%d}]}`, bb, bb)), http.StatusBadRequest)
+	r = post("/v1/jobs/heartbeat", worker, `{"worker":"b1","jobs":[{"id":1,"lease_ms":"long"}]}`)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
 	// A job left claimed and one scheduled for the status page's lists.
 	c.job(post("/v1/jobs", producer, `{"queue":"held"}`), http.StatusCreated)
 	held := c.job(post("/v1/claim", worker, `{"worker":"h1","queues":["held"],"lease_ms":60000}`), http.StatusOK)
@@ -603,6 +633,18 @@ func TestOpenAPIResponses(t *testing.T) {
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
 
+	// Queue pause and resume (admin): a pause, its repeat, the claim it
+	// leaves empty, a resume, a bad name; "held" stays paused for the
+	// read side below.
+	c.do(post("/v1/queues/flaky/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/flaky/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/claim", worker, `{"worker":"f1","queues":["flaky"]}`), http.StatusNoContent)
+	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/held/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/queues/a%20b/pause", admin, nil), http.StatusBadRequest)
+	c.do(post("/v1/queues/held/resume", producer, nil), http.StatusForbidden)
+
 	// Read side: counts, stats (with the refusals above), audit, history,
 	// status for an admin and for principals that see less, whoami.
 	c.do(get("/v1/queues", producer), http.StatusOK)
@@ -613,6 +655,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
 	c.do(get("/v1/audit/verify", admin), http.StatusOK)
+	// This server keeps every audit record (no AuditRetention): both
+	// archive calls are refused (TestAuditArchive has the rest).
+	c.do(get("/v1/audit/archive", admin), http.StatusConflict)
+	c.do(post("/v1/audit/archive/remove", admin, `{"through_seq":1,"through_hash":"`+strings.Repeat("0", 64)+`"}`), http.StatusConflict)
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history?limit=2", failing.ID), producer), http.StatusOK) // with next
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history", id), producer), http.StatusOK)
 	st := c.do(get("/v1/status", admin), http.StatusOK)

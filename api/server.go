@@ -25,14 +25,21 @@ type Store interface {
 	CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error)
 	CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error)
 	FailJob(ctx context.Context, req db.FailRequest) (db.Job, error)
+	HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error)
+	CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error)
+	FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error)
 	CancelJob(ctx context.Context, req db.JobRequest) (db.Job, error)
 	RetryJob(ctx context.Context, req db.JobRequest) (db.Job, error)
 	GetJob(ctx context.Context, id uint64) (db.Job, error)
 	ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, error)
 	Stats(ctx context.Context) ([]db.QueueStats, error)
+	SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.PauseResult, error)
+	PausedQueues(ctx context.Context) ([]db.QueuePause, error)
 	Ping(ctx context.Context) error
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
+	VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error)
+	RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error)
 
 	// Named leases and token checks (leases.go).
 	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)
@@ -77,9 +84,15 @@ type Config struct {
 	// Now is the clock of the status page (throughput buckets, zombie
 	// times). Default time.Now.
 	Now func() time.Time
-	// AuditVerifyInterval is how often, at most, the status page walks the
-	// whole audit chain again (status.go). Default 30s.
+	// AuditVerifyInterval is how often, at most, the status page verifies
+	// the audit records appended since its last check (status.go).
+	// Default 30s.
 	AuditVerifyInterval time.Duration
+	// AuditRetention is how old an audit record must be before GET
+	// /v1/audit/archive hands it out and POST /v1/audit/archive/remove
+	// removes it (audit_archive.go). 0, the default, keeps every record
+	// for ever: both endpoints refuse.
+	AuditRetention time.Duration
 }
 
 // Server is the HTTP API.
@@ -119,12 +132,13 @@ func New(store Store, cfg Config) *Server {
 		cfg.AuditVerifyInterval = 30 * time.Second
 	}
 	obs := newObserver(cfg.Now)
-	s := &Server{store: observedStore{store, obs}, engine: store, cfg: cfg, log: cfg.Logger, echo: echo.New(), obs: obs}
+	s := &Server{store: observedStore{store, obs}, engine: store, cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}),
+		echo: echo.New(), obs: obs}
 	s.initMetrics()
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.instrument, s.deadline)
+	e.Use(s.requestIDs, s.instrument, s.deadline) // requestid.go
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
 	} else {
@@ -143,11 +157,18 @@ func New(store Store, cfg Config) *Server {
 	v1.POST("/jobs/:id/heartbeat", s.heartbeat)
 	v1.POST("/jobs/:id/complete", s.complete)
 	v1.POST("/jobs/:id/fail", s.fail)
+	v1.POST("/jobs/heartbeat", s.heartbeatBatch) // batch.go
+	v1.POST("/jobs/complete", s.completeBatch)
+	v1.POST("/jobs/fail", s.failBatch)
 	v1.POST("/claim", s.claim)
 	v1.GET("/queues", s.queues)
+	v1.POST("/queues/:queue/pause", s.pauseQueue) // queues.go
+	v1.POST("/queues/:queue/resume", s.resumeQueue)
 	v1.GET("/stats", s.stats)
 	v1.GET("/audit", s.listAudit)
 	v1.GET("/audit/verify", s.verifyAudit)
+	v1.GET("/audit/archive", s.archiveAudit) // audit_archive.go
+	v1.POST("/audit/archive/remove", s.removeArchivedAudit)
 	v1.GET("/backup", s.backup)
 
 	// Named leases and token checks (leases.go). Lease names may contain

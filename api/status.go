@@ -245,6 +245,7 @@ type permissions struct {
 	Cancel  bool `json:"cancel"`
 	Leases  bool `json:"leases"`
 	Audit   bool `json:"audit"`
+	Pause   bool `json:"pause"` // POST /v1/queues/{queue}/pause and /resume
 }
 
 type whoamiResponse struct {
@@ -264,6 +265,7 @@ func (s *Server) whoamiOf(c echo.Context) whoamiResponse {
 		Cancel:  s.may(p, "POST /v1/jobs/:id/cancel"),
 		Leases:  s.may(p, "GET /v1/leases"),
 		Audit:   s.may(p, "GET /v1/audit/verify"),
+		Pause:   s.may(p, "POST /v1/queues/:queue/pause"),
 	}}
 }
 
@@ -282,13 +284,17 @@ type jobListResponse struct {
 type auditStatusResponse struct {
 	HeadSeq  uint64 `json:"head_seq"`
 	HeadHash string `json:"head_hash"`
-	// Verified is the last walk of the whole chain; nil until one finished.
+	// Verified is the incremental verification of the chain (see
+	// auditCheck); nil until its first step finished.
 	Verified *auditVerifiedResponse `json:"verified"`
 }
 
 type auditVerifiedResponse struct {
 	auditReportResponse
 	CheckedAt time.Time `json:"checked_at"`
+	// CatchingUp: a background walk is verifying the records between
+	// verified_seq and the head.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 type statusResponse struct {
@@ -328,20 +334,17 @@ func (s *Server) status(c echo.Context) error {
 	out := statusResponse{whoamiResponse: s.whoamiOf(c),
 		BucketSeconds: int(throughputBucket / time.Second)}
 	if out.Can.Jobs {
-		stats, err := s.store.Stats(ctx)
+		queues, err := s.queueList(ctx)
 		if err != nil {
 			return err
 		}
 		totals := map[db.State]uint64{}
-		out.Queues = []queueResponse{}
-		for _, q := range stats {
-			counts := map[db.State]uint64{}
-			for _, st := range db.States {
-				counts[st] = q.Counts[st]
-				totals[st] += q.Counts[st]
+		for _, q := range queues {
+			for st, n := range q.Counts {
+				totals[st] += n
 			}
-			out.Queues = append(out.Queues, queueResponse{Queue: q.Queue, Counts: counts})
 		}
+		out.Queues = queues
 		out.Throughput = s.obs.throughput()
 		lists := []struct {
 			dst   **jobListResponse
@@ -382,53 +385,128 @@ func (s *Server) status(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// auditCheck caches the last walk of the whole audit chain: the walk is
-// O(records), too much for every poll of the page.
+// auditCheck is the status page's verification of the audit chain. It is
+// incremental: it remembers the last link it verified (mark) and walks
+// only the records appended since, so a poll of the page costs what was
+// appended since the last one, not the whole log (the whole walk is GET
+// /v1/audit/verify and "fenceq audit verify"). No request waits for more
+// than one bounded step (auditRequestStep records); the rest of a long
+// walk — the first one after a start, over a large log — runs in the
+// background, one store step (db.DefaultVerifyStep records, one read
+// transaction) at a time.
 type auditCheck struct {
-	run sync.Mutex // held by the one request that walks the chain
+	run sync.Mutex // held by whoever walks: one request's step, or the background walk
 
-	mu  sync.Mutex
-	rep db.AuditReport
-	at  time.Time // zero until a walk finished
+	mu      sync.Mutex
+	mark    db.AuditMark   // the last link verified
+	rep     db.AuditReport // the last step's report; OK false once a break was found
+	records uint64         // records verified since the server started
+	at      time.Time      // when the last step ended; zero until one did
+	behind  bool           // the background walk is running
 }
 
-// auditVerified returns the last verification, first walking the chain
-// again when none was made yet, or the last is older than
-// cfg.AuditVerifyInterval and the chain has grown since, or it is older
-// than ten intervals. One request walks; the others meanwhile get the last
-// result (nil before the first).
+// auditRequestStep is the most records a status request verifies itself
+// before it answers; a longer walk continues in the background.
+const auditRequestStep = 1000
+
+// auditVerified returns the verification as of now, first verifying up to
+// auditRequestStep appended records when none was made yet, or the last
+// is older than cfg.AuditVerifyInterval and the chain has grown since. If
+// more remain, a background walk verifies them and later polls show it.
+// A break, once found, is shown until the server restarts.
 func (s *Server) auditVerified(ctx context.Context, head db.AuditHead) *auditVerifiedResponse {
 	ac := &s.audit
 	ac.mu.Lock()
-	rep, at := ac.rep, ac.at
+	rep, at, behind := ac.rep, ac.at, ac.behind
 	ac.mu.Unlock()
-	age := s.cfg.Now().Sub(at)
-	stale := at.IsZero() || (age >= s.cfg.AuditVerifyInterval && head.Seq != rep.HeadSeq) ||
-		age >= 10*s.cfg.AuditVerifyInterval
-	if stale && ac.run.TryLock() {
-		fresh, err := s.store.VerifyAudit(ctx)
-		if err == nil {
-			rep, at = fresh, s.cfg.Now()
-			ac.mu.Lock()
-			ac.rep, ac.at = rep, at
-			ac.mu.Unlock()
-		} else {
+	due := at.IsZero() || (s.cfg.Now().Sub(at) >= s.cfg.AuditVerifyInterval && head.Seq != rep.VerifiedSeq)
+	if !due || behind || (!at.IsZero() && !rep.OK) || !ac.run.TryLock() {
+		return s.auditVerifiedNow()
+	}
+	more, err := s.auditStep(ctx, auditRequestStep)
+	if err != nil {
+		s.log.Warn("audit verification for the status page failed", "err", err)
+	}
+	if !more {
+		ac.run.Unlock()
+		return s.auditVerifiedNow()
+	}
+	ac.mu.Lock()
+	ac.behind = true
+	ac.mu.Unlock()
+	out := s.auditVerifiedNow() // this request's step, whatever the walk does next
+	go func() {
+		defer ac.run.Unlock()
+		if err := s.auditCatchUp(context.Background()); err != nil {
 			s.log.Warn("audit verification for the status page failed", "err", err)
 		}
-		ac.run.Unlock()
-	}
-	if at.IsZero() {
+	}()
+	return out
+}
+
+// auditVerifiedNow is the status page's view of the last step.
+func (s *Server) auditVerifiedNow() *auditVerifiedResponse {
+	ac := &s.audit
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if ac.at.IsZero() {
 		return nil
 	}
+	out := &auditVerifiedResponse{auditReportResponse: auditReportJSON(ac.rep), CheckedAt: ac.at.UTC(), CatchingUp: ac.behind}
+	out.Records = ac.records
+	return out
+}
+
+// auditStep verifies up to limit records after the last verified link and
+// records the result. It reports whether more records were there to
+// verify. The caller holds ac.run.
+func (s *Server) auditStep(ctx context.Context, limit int) (more bool, err error) {
+	ac := &s.audit
+	ac.mu.Lock()
+	from := ac.mark
+	ac.mu.Unlock()
+	rep, err := s.store.VerifyAuditFrom(ctx, db.AuditVerifyRequest{From: from, Limit: limit})
+	if err != nil {
+		return false, err
+	}
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	if rep.StartSeq != from.Seq && from.Seq != 0 {
+		s.log.Info("audit records were archived since the last verification; continuing from the checkpoint",
+			"verified_seq", from.Seq, "checkpoint_seq", rep.StartSeq)
+	}
+	ac.rep, ac.at = rep, s.cfg.Now()
+	ac.records += rep.Records
 	if !rep.OK {
 		s.log.Error("audit chain does not verify", "first_broken", rep.FirstBroken, "reason", rep.Reason)
+		return false, nil
 	}
-	return &auditVerifiedResponse{auditReportResponse: auditReportJSON(rep), CheckedAt: at.UTC()}
+	ac.mark = rep.VerifiedMark()
+	return rep.VerifiedSeq < rep.HeadSeq, nil
+}
+
+// auditCatchUp verifies in steps until the walk reached the head (or found
+// a break); the background half of auditVerified, which tests call
+// directly. The caller holds ac.run.
+func (s *Server) auditCatchUp(ctx context.Context) error {
+	ac := &s.audit
+	defer func() {
+		ac.mu.Lock()
+		ac.behind = false
+		ac.mu.Unlock()
+	}()
+	for {
+		more, err := s.auditStep(ctx, db.DefaultVerifyStep)
+		if err != nil || !more {
+			return err
+		}
+	}
 }
 
 // jobHistory: GET /v1/jobs/{id}/history?before=&limit= → the job's audit
 // records, newest first, and "next" (the "before" of the next page). It
-// answers for a job that was swept too: its records outlive it.
+// answers for a job that was swept too: its records outlive it, until
+// they are archived ("archived" on the last page says when that was).
 func (s *Server) jobHistory(c echo.Context) error {
 	id, err := pathID(c)
 	if err != nil {
@@ -448,9 +526,26 @@ func (s *Server) jobHistory(c echo.Context) error {
 	out := struct {
 		Records []auditRecordResponse `json:"records"`
 		Next    uint64                `json:"next,omitempty"`
+		// Archived, on the last page of a history whose first records are
+		// gone, says that the records through archived.seq (none newer
+		// than archived.time) were archived and removed at
+		// archived.archived_at: the older history is in the archive files.
+		Archived *auditCheckpointResponse `json:"archived,omitempty"`
 	}{Records: make([]auditRecordResponse, 0, len(page.Records)), Next: page.Next}
 	for _, r := range page.Records {
 		out.Records = append(out.Records, auditRecordResponse(r))
+	}
+	// A job's first record is its enqueue: a last page that does not end
+	// with it lost its older records to an archive.
+	if n := len(page.Records); page.Next == 0 && (n == 0 || page.Records[n-1].Action != "enqueue") {
+		head, err := s.store.AuditHead(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		if head.Checkpoint.Seq > 0 {
+			cp := checkpointJSON(head.Checkpoint)
+			out.Archived = &cp
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }

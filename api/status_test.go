@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,8 +69,10 @@ type statusView struct {
 		Verified *struct {
 			OK          bool      `json:"ok"`
 			Records     uint64    `json:"records"`
+			VerifiedSeq uint64    `json:"verified_seq"`
 			FirstBroken uint64    `json:"first_broken"`
 			CheckedAt   time.Time `json:"checked_at"`
+			CatchingUp  bool      `json:"catching_up"`
 		} `json:"verified"`
 	} `json:"audit"`
 }
@@ -507,32 +510,95 @@ func TestStatus_ABrokenAuditChainIsShown(t *testing.T) {
 	}
 }
 
-// TestStatus_AuditWalkIsCached: the chain is walked again only after the
-// interval and when it grew (or after ten intervals).
-func TestStatus_AuditWalkIsCached(t *testing.T) {
+// walkCounter is a real store that counts the audit records its
+// verifications walk: the whole walks (VerifyAudit) apart from the
+// incremental steps.
+type walkCounter struct {
+	db.Store
+	mu          sync.Mutex
+	wholeWalks  int
+	stepped     uint64
+	biggestStep uint64
+}
+
+func (w *walkCounter) VerifyAudit(ctx context.Context) (db.AuditReport, error) {
+	w.mu.Lock()
+	w.wholeWalks++
+	w.mu.Unlock()
+	return w.Store.VerifyAudit(ctx)
+}
+
+func (w *walkCounter) VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error) {
+	rep, err := w.Store.VerifyAuditFrom(ctx, req)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stepped += rep.Records
+	w.biggestStep = max(w.biggestStep, rep.Records)
+	return rep, err
+}
+
+func (w *walkCounter) counts() (whole int, stepped uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.wholeWalks, w.stepped
+}
+
+// TestStatus_AuditVerificationWalksOnlyNewRecordsAndNoRequestWaitsForAWalk:
+// the status page's "chain verifies" never walks the whole chain on a
+// request. The first request verifies at most api.AuditRequestStep records
+// and answers; a background walk verifies the rest. Later polls verify
+// only the records appended since, once the interval passed; with nothing
+// new, nothing is walked, however long it has been.
+func TestStatus_AuditVerificationWalksOnlyNewRecordsAndNoRequestWaitsForAWalk(t *testing.T) {
 	clk := newStatusClock()
-	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now, AuditVerifyInterval: time.Minute})
-	ts.enqueue(map[string]any{"queue": "q"})
-	first := ts.status("").Audit.Verified
-	if first == nil || !first.CheckedAt.Equal(clk.Now()) || first.Records != 1 {
-		t.Fatalf("first verification = %+v, want one record checked now", first)
+	store := &walkCounter{Store: newStore(t, db.Rules{Now: clk.Now})}
+	n := api.AuditRequestStep*2 + 500
+	for done := 0; done < n; done += db.MaxListLimit {
+		reqs := make([]db.EnqueueRequest, min(db.MaxListLimit, n-done))
+		for i := range reqs {
+			reqs[i] = db.EnqueueRequest{Principal: "local", Queue: "q"}
+		}
+		if _, err := store.EnqueueJobs(context.Background(), reqs); err != nil {
+			t.Fatal(err)
+		}
 	}
+	srv := api.New(store, api.Config{Logger: discardLogger(), Now: clk.Now, AuditVerifyInterval: time.Minute})
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	ts := &testServer{t: t, URL: hs.URL, store: store, client: hs.Client()}
+
+	first := ts.status("").Audit
+	if v := first.Verified; first.HeadSeq != uint64(n) || v == nil || !v.OK || v.VerifiedSeq != api.AuditRequestStep || v.Records != api.AuditRequestStep {
+		t.Fatalf("first status: head %d, verified %+v; want head %d verified through %d (one request's step), not the whole chain",
+			first.HeadSeq, first.Verified, n, api.AuditRequestStep)
+	}
+	api.WaitAuditVerificationForTest(srv)
+	if whole, stepped := store.counts(); whole != 0 || stepped != uint64(n) {
+		t.Errorf("after the background walk: %d whole walks, %d records stepped; want 0 and %d", whole, stepped, n)
+	}
+	if v := ts.status("").Audit.Verified; !v.OK || v.VerifiedSeq != uint64(n) || v.CatchingUp || v.Records != uint64(n) {
+		t.Errorf("status after the background walk: %+v, want verified through %d, not catching up", v, n)
+	}
+
 	ts.enqueue(map[string]any{"queue": "q"})
 	clk.Advance(30 * time.Second)
-	if v := ts.status("").Audit; v.HeadSeq != 2 || !v.Verified.CheckedAt.Equal(first.CheckedAt) || v.Verified.Records != 1 {
-		t.Errorf("within the interval: head %d, verified %+v; want head 2 and the cached walk", v.HeadSeq, v.Verified)
+	if v := ts.status("").Audit; v.HeadSeq != uint64(n+1) || v.Verified.VerifiedSeq != uint64(n) {
+		t.Errorf("within the interval: head %d, verified %+v; want head %d and the last verification", v.HeadSeq, v.Verified, n+1)
 	}
 	clk.Advance(31 * time.Second)
-	if v := ts.status("").Audit.Verified; !v.CheckedAt.Equal(clk.Now()) || v.Records != 2 {
-		t.Errorf("after the interval, with a new record: %+v, want a new walk of 2 records", v)
+	if v := ts.status("").Audit.Verified; !v.OK || v.VerifiedSeq != uint64(n+1) || !v.CheckedAt.Equal(clk.Now()) {
+		t.Errorf("after the interval, with a new record: %+v, want verified through %d now", v, n+1)
 	}
-	clk.Advance(2 * time.Minute)
-	if v := ts.status("").Audit.Verified; v.CheckedAt.Equal(clk.Now()) {
-		t.Errorf("after the interval, with no new record: walked again at %v, want the cached walk", v.CheckedAt)
+	if _, stepped := store.counts(); stepped != uint64(n+1) {
+		t.Errorf("records walked after one was appended = %d, want %d (only the new one)", stepped, n+1)
 	}
-	clk.Advance(10 * time.Minute)
-	if v := ts.status("").Audit.Verified; !v.CheckedAt.Equal(clk.Now()) {
-		t.Errorf("after ten intervals: checked at %v, want a new walk at %v", v.CheckedAt, clk.Now())
+	clk.Advance(20 * time.Minute)
+	ts.status("")
+	if whole, stepped := store.counts(); whole != 0 || stepped != uint64(n+1) {
+		t.Errorf("twenty minutes later with nothing appended: %d whole walks, %d records walked; want 0 and %d", whole, stepped, n+1)
+	}
+	if store.biggestStep > db.DefaultVerifyStep {
+		t.Errorf("largest step = %d records, want at most %d (one read transaction each)", store.biggestStep, db.DefaultVerifyStep)
 	}
 }
 

@@ -206,14 +206,47 @@ func (d *sortedDetails) fields(w *msgrec.Writer) {
 	}
 }
 
+// AuditMark is one link of the chain, named by its sequence and hash: where
+// a verification stopped, or the checkpoint left by the records archived
+// and removed before it. The zero mark is the start of a chain from which
+// nothing was removed (its first record's prev_hash is all zeros).
+type AuditMark struct {
+	Seq  uint64
+	Hash []byte
+}
+
 // ChainVerifier walks an audit chain in sequence order, the same check in
-// every engine: Add each stored link, then Report with the head the engine
-// recorded.
+// every engine: Start at the mark the walk continues from (none: the first
+// record), Add each stored link, then Report with the head the engine
+// recorded (or ReportSoFar for a walk that may stop short of it).
 type ChainVerifier struct {
-	rep  AuditReport
-	prev []byte
-	want uint64
-	done bool
+	rep     AuditReport
+	prev    []byte
+	want    uint64
+	done    bool
+	started bool
+}
+
+// Start makes the walk continue after from: the next link must be
+// from.Seq+1 with prev_hash from.Hash. Call it before the first Add; a
+// verifier that is not started starts at the zero mark.
+func (v *ChainVerifier) Start(from AuditMark) {
+	v.started = true
+	v.want = from.Seq + 1
+	v.prev = make([]byte, sha256.Size)
+	copy(v.prev, from.Hash)
+	v.rep.StartSeq = from.Seq
+	if from.Seq > 0 {
+		v.rep.StartHash = hex.EncodeToString(v.prev)
+	}
+}
+
+// Verified is the last link that checked out (the start when none did).
+func (v *ChainVerifier) Verified() AuditMark {
+	if !v.started {
+		v.Start(AuditMark{})
+	}
+	return AuditMark{Seq: v.want - 1, Hash: bytes.Clone(v.prev)}
 }
 
 // Add checks the next stored link (key is the sequence it is stored
@@ -222,8 +255,8 @@ func (v *ChainVerifier) Add(key uint64, stored []byte) bool {
 	if v.done {
 		return false
 	}
-	if v.want == 0 {
-		v.want, v.prev = 1, make([]byte, sha256.Size)
+	if !v.started {
+		v.Start(AuditMark{})
 	}
 	v.rep.Records++
 	broken := func(format string, args ...any) bool {
@@ -251,19 +284,41 @@ func (v *ChainVerifier) Add(key uint64, stored []byte) bool {
 	return true
 }
 
-// Report ends the walk against the head the engine recorded (seq 0 and a
-// nil hash for an empty log).
+// Report ends a walk that went to the end of the stored chain, against the
+// head the engine recorded (seq 0 and a nil hash for an empty log).
 func (v *ChainVerifier) Report(headSeq uint64, headHash []byte) AuditReport {
+	return v.report(headSeq, headHash, false)
+}
+
+// ReportSoFar ends a walk that may have stopped before the head (a bounded
+// step of an incremental verification): it is OK when nothing it walked is
+// broken and it did not pass the head; VerifiedSeq says how far it got.
+func (v *ChainVerifier) ReportSoFar(headSeq uint64, headHash []byte) AuditReport {
+	return v.report(headSeq, headHash, true)
+}
+
+func (v *ChainVerifier) report(headSeq uint64, headHash []byte, soFar bool) AuditReport {
+	end := v.Verified()
 	rep := v.rep
 	rep.HeadSeq = headSeq
 	if headHash != nil {
 		rep.HeadHash = hex.EncodeToString(headHash)
 	}
+	rep.VerifiedSeq = end.Seq
+	if end.Seq > 0 {
+		rep.VerifiedHash = hex.EncodeToString(end.Hash)
+	}
 	if v.done {
 		return rep
 	}
-	if rep.Records != rep.HeadSeq || (rep.Records > 0 && hex.EncodeToString(v.prev) != rep.HeadHash) {
-		rep.FirstBroken, rep.Reason = rep.Records+1, fmt.Sprintf("chain ends at %d but the head says %d", rep.Records, rep.HeadSeq)
+	short := end.Seq < headSeq && !soFar
+	if short || end.Seq > headSeq || (end.Seq == headSeq && headSeq > 0 && rep.VerifiedHash != rep.HeadHash) {
+		rep.FirstBroken = min(end.Seq, headSeq) + 1
+		rep.Reason = fmt.Sprintf("chain ends at %d but the head says %d", end.Seq, headSeq)
+		if end.Seq == headSeq {
+			rep.FirstBroken = headSeq
+			rep.Reason = fmt.Sprintf("record %d does not have the hash the head records", headSeq)
+		}
 		return rep
 	}
 	rep.OK = true
@@ -311,10 +366,62 @@ type AuditPage struct {
 	Next    uint64
 }
 
-// AuditHead is the newest link of the audit chain.
+// AuditHead is the newest link of the audit chain, and the checkpoint
+// where the stored chain begins.
 type AuditHead struct {
 	Seq  uint64 // 0 when the log is empty
 	Hash string // hex
+	// Checkpoint is the last record archived and removed; the zero value
+	// when none was.
+	Checkpoint AuditCheckpoint
+}
+
+// AuditCheckpoint is what the store keeps of the records it removed after
+// they were archived (Store.RemoveAudit): the last one's sequence and hash,
+// from which the stored chain verifies, its time (every removed record is
+// no newer), and when it was removed.
+type AuditCheckpoint struct {
+	Seq        uint64
+	Hash       string    // hex
+	Time       time.Time // of record Seq
+	ArchivedAt time.Time
+}
+
+// Mark is the checkpoint as a mark of the chain.
+func (c AuditCheckpoint) Mark() AuditMark {
+	h, _ := hex.DecodeString(c.Hash)
+	return AuditMark{Seq: c.Seq, Hash: h}
+}
+
+// RemoveAuditRequest removes the oldest stored audit records, which the
+// caller has archived, through Through (Store.RemoveAudit).
+type RemoveAuditRequest struct {
+	// Principal is who removes them, named in the audit record of the
+	// removal.
+	Principal string
+	// Through is the last archived record: its sequence and the hash the
+	// archive holds, which must be the stored record's.
+	Through AuditMark
+	// Before is the cut: every record removed must be older (the time of
+	// now minus the retention, as the records were archived).
+	Before time.Time
+	// Limit bounds the records one call removes (one transaction); 0 means
+	// DefaultRemoveStep. The caller repeats until the checkpoint reaches
+	// Through.Seq.
+	Limit int
+}
+
+// DefaultRemoveStep is how many audit records one RemoveAudit call removes
+// at most.
+const DefaultRemoveStep = 5_000
+
+// RemoveAuditEvent is the audit record of a removal: it names the records
+// removed and the checkpoint left, so that the chain itself says when
+// older records were archived.
+func RemoveAuditEvent(principal string, from, through uint64, hash []byte) AuditEvent {
+	return AuditEvent{Principal: principal, Action: "archive", Subject: "audit",
+		Details: map[string]string{"from_seq": strconv.FormatUint(from, 10), "through_seq": strconv.FormatUint(through, 10),
+			"through_hash": hex.EncodeToString(hash)}}
 }
 
 // AuditCounts counts the audit log's records, kept in the transactions that
@@ -351,10 +458,42 @@ func AuditCountKeys(l *AuditLink) []string {
 
 // AuditReport is the result of walking the audit chain.
 type AuditReport struct {
-	Records     uint64 // records walked
-	HeadSeq     uint64 // the head recorded in meta
-	HeadHash    string // hex
-	OK          bool
-	FirstBroken uint64 // sequence of the first record that does not verify; 0 when OK
-	Reason      string
+	Records  uint64 // records walked
+	HeadSeq  uint64 // the head recorded in meta
+	HeadHash string // hex
+	// StartSeq and StartHash are the link the walk continued from: for a
+	// whole walk the checkpoint of the records archived and removed (0 and
+	// "" when none were), for an incremental one the mark it was given.
+	StartSeq  uint64
+	StartHash string // hex
+	// VerifiedSeq and VerifiedHash are the last link that checked out
+	// (the start when none did): a later walk continues from them.
+	VerifiedSeq  uint64
+	VerifiedHash string // hex
+	OK           bool
+	FirstBroken  uint64 // sequence of the first record that does not verify; 0 when OK
+	Reason       string
 }
+
+// VerifiedMark is the mark a later incremental walk continues from.
+func (r AuditReport) VerifiedMark() AuditMark {
+	h, _ := hex.DecodeString(r.VerifiedHash)
+	return AuditMark{Seq: r.VerifiedSeq, Hash: h}
+}
+
+// AuditVerifyRequest asks for one bounded step of an incremental
+// verification (Store.VerifyAuditFrom).
+type AuditVerifyRequest struct {
+	// From is a link verified before (a report's VerifiedMark); the zero
+	// mark starts at the beginning of the stored chain. A mark below the
+	// checkpoint (its records were archived since) continues from the
+	// checkpoint.
+	From AuditMark
+	// Limit bounds the records walked; 0 means DefaultVerifyStep.
+	Limit int
+}
+
+// DefaultVerifyStep is the records one step of an incremental verification
+// walks when the request does not say: a read transaction of a few
+// milliseconds.
+const DefaultVerifyStep = 10_000

@@ -84,3 +84,18 @@ var (
 	// a refusal.
 	ErrCorrupt = errors.New("db: corrupt record")
 )
+
+// ErrFull: a commit would grow the store past its size limit (the bbolt
+// engine's --max-db-size). Nothing of that commit was written; reads, and
+// writes that fit in the space the store already has, go on. It is a fault
+// of the server's configuration, not of the request: the API answers it 507
+// resource_exhausted, naming the flag.
+var ErrFull = errors.New("db: the store has reached its size limit")
+
+// WaitStopper is a store that can end every wait in progress at shutdown
+// (the server's SIGTERM): waiting claims return what they have (a job
+// already handed to them, else nothing), waiting lease acquires return as
+// when their wait runs out, and later waits return at once.
+type WaitStopper interface {
+	StopWaiting()
+}

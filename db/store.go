@@ -39,6 +39,16 @@ type Store interface {
 	// FailJob records a failed attempt: retried after a delay, or dead. A
 	// caller that does not hold the current claim gets CodeNotFound.
 	FailJob(ctx context.Context, req FailRequest) (Job, error)
+	// HeartbeatJobs extends several leases in one transaction, each item
+	// decided as HeartbeatJob would (see ValidateBatch for a malformed
+	// batch, the only error besides faults).
+	HeartbeatJobs(ctx context.Context, reqs []HeartbeatRequest) ([]ItemResult, error)
+	// CompleteJobs completes several claims in one transaction, each item
+	// decided as CompleteJob would, and claims req.Next in it.
+	CompleteJobs(ctx context.Context, req CompleteBatchRequest) (CompleteBatchResult, error)
+	// FailJobs records several failed attempts in one transaction, each
+	// item decided as FailJob would.
+	FailJobs(ctx context.Context, reqs []FailRequest) ([]ItemResult, error)
 	// CancelJob cancels an unfinished or dead job (CodeConflict otherwise).
 	CancelJob(ctx context.Context, req JobRequest) (Job, error)
 	// RetryJob makes a dead or cancelled job available (CodeConflict otherwise).
@@ -55,6 +65,18 @@ type Store interface {
 	ListJobsInState(ctx context.Context, req StateListRequest) ([]Job, error)
 	// Stats counts jobs per queue and state.
 	Stats(ctx context.Context) ([]QueueStats, error)
+
+	// SetQueuePaused pauses or resumes a queue (see SetPause). A paused
+	// queue takes enqueues but gives no job to a claim: ClaimJobs, a
+	// claim over several queues and CompleteAndClaimJob's next claim skip
+	// it, and long-polls waiting on it keep waiting until it is resumed,
+	// when they are woken; its claimed jobs can still be heartbeaten,
+	// completed and failed. The pause is stored (it outlives the process)
+	// and audited. Asking for what already is changes nothing and answers
+	// Changed false. Refusals: CodeInvalid, CodeTooLarge (MaxPausedQueues).
+	SetQueuePaused(ctx context.Context, req PauseRequest) (PauseResult, error)
+	// PausedQueues lists the paused queues in name order.
+	PausedQueues(ctx context.Context) ([]QueuePause, error)
 
 	// AcquireLease gives the named lease to the caller with a new token, or
 	// CodeConflict while another holds it.
@@ -74,12 +96,27 @@ type Store interface {
 	ListAudit(ctx context.Context, after uint64, limit int) ([]AuditRecord, error)
 	// ListAuditBySubject pages backwards through one subject's records.
 	ListAuditBySubject(ctx context.Context, req AuditSubjectRequest) (AuditPage, error)
-	// AuditHead returns the newest link.
+	// RemoveAudit removes up to req.Limit of the oldest stored audit
+	// records, through req.Through at most, with their subject index
+	// entries, in one transaction that also moves the checkpoint to the
+	// last one removed and appends an "archive" record. It returns the
+	// checkpoint after the call; a Through at or below the checkpoint
+	// removes nothing (a repeated call). Refusals: CodeInvalid when
+	// Through is past the head; CodeConflict when Through.Hash is not the
+	// stored record's or a record to remove is not older than req.Before.
+	RemoveAudit(ctx context.Context, req RemoveAuditRequest) (AuditCheckpoint, error)
+	// AuditHead returns the newest link and the checkpoint.
 	AuditHead(ctx context.Context) (AuditHead, error)
 	// AuditCounts returns the counters kept with the log.
 	AuditCounts(ctx context.Context) (AuditCounts, error)
-	// VerifyAudit walks the whole chain (see ChainVerifier).
+	// VerifyAudit walks the whole stored chain, from the checkpoint (see
+	// ChainVerifier).
 	VerifyAudit(ctx context.Context) (AuditReport, error)
+	// VerifyAuditFrom walks at most req.Limit records after req.From in one
+	// read transaction and reports how far the chain verifies
+	// (ReportSoFar): one step of an incremental verification, which never
+	// walks again what was verified before.
+	VerifyAuditFrom(ctx context.Context, req AuditVerifyRequest) (AuditReport, error)
 
 	// SweepOnce deletes up to limit jobs finished at or before now minus
 	// retention, in one transaction.

@@ -291,6 +291,49 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	waitJS(t, ctx, "the notice of the retry", fmt.Sprintf(`document.querySelector('#notice').textContent.includes('Job %d is available')`, deadID))
 	screenshot(t, ctx, shots, "status.png")
 
+	// Pause: the button pauses emails in the store, the row says so and a
+	// claim gets nothing; Resume lets claims take its jobs again.
+	pausedInStore := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			ps, err := ps.store.PausedQueues(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(ps) == 1 && ps[0].Queue == "emails"; got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("paused queues 15 s after the click = %+v, want emails paused = %v", ps, want)
+			}
+		}
+	}
+	pause, resume := `button[aria-label="Pause queue emails"]`, `button[aria-label="Resume queue emails"]`
+	waitJS(t, ctx, "the Pause button of emails", fmt.Sprintf(`!!document.querySelector('%s')`, pause))
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(pause))); err != nil {
+		t.Fatal(err)
+	}
+	pausedInStore(true)
+	waitJS(t, ctx, "emails shown paused with a Resume button", fmt.Sprintf(
+		`!!document.querySelector('#queues [data-paused="emails"]') && !!document.querySelector('%s') && !document.querySelector('#queues [data-paused="images"]')`, resume))
+	waitJS(t, ctx, "the notice of the pause", `document.querySelector('#notice').textContent.includes('Queue emails is paused')`)
+	ps.call("", "POST", "/v1/claim", `{"worker":"w9","queues":["emails"]}`, 204, nil)
+	if !evalJS[bool](t, ctx, accessible) {
+		t.Errorf("with a queue paused, a visible button has no accessible name, or a table is not labelled")
+	}
+	screenshot(t, ctx, shots, "status-paused.png")
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(resume))); err != nil {
+		t.Fatal(err)
+	}
+	pausedInStore(false)
+	waitJS(t, ctx, "emails running with a Pause button", fmt.Sprintf(
+		`!document.querySelector('#queues [data-paused="emails"]') && !!document.querySelector('%s')`, pause))
+	ps.call("", "POST", "/v1/claim", `{"worker":"w9","queues":["emails"]}`, 200, nil)
+	page, err := ps.store.ListAuditBySubject(context.Background(), db.AuditSubjectRequest{Subject: db.QueueSubject("emails")})
+	if err != nil || len(page.Records) != 2 || page.Records[0].Action != "resume" || page.Records[1].Action != "pause" {
+		t.Errorf("audit records of queue emails = %+v, %v; want the pause and the resume", page.Records, err)
+	}
+
 	// The job page: fields, error, history with the retry.
 	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", ps.url, deadID))); err != nil {
 		t.Fatal(err)
@@ -309,7 +352,7 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(ps.url+"/")); err != nil {
 		t.Fatal(err)
 	}
-	waitJS(t, ctx, "the counts on a phone", cell("emails", "available")+` === "3"`)
+	waitJS(t, ctx, "the counts on a phone", cell("emails", "available")+` === "2"`)
 	if w := evalJS[float64](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
 		t.Errorf("on a 390 px wide phone the page is %v px wider than the screen", w)
 	}
@@ -349,7 +392,7 @@ func TestStatusPage_AsksForATokenOnceAndShowsButtonsByRole(t *testing.T) {
 	}
 	waitJS(t, ctx, "the counts for a producer", cell("images", "dead")+` === "1"`)
 	waitJS(t, ctx, "the dead job without buttons for a producer",
-		fmt.Sprintf(`!!document.querySelector('#dead tr[data-job="%d"]') && document.querySelectorAll('button[data-action]').length === 0`, deadID))
+		fmt.Sprintf(`!!document.querySelector('#dead tr[data-job="%d"]') && document.querySelectorAll('button[data-action], button[data-queue-action]').length === 0`, deadID))
 	if evalJS[bool](t, ctx, `!document.querySelector('#sec-leases').hidden || !document.querySelector('#sec-audit').hidden`) {
 		t.Errorf("a producer sees the leases or the audit part")
 	}
@@ -382,6 +425,7 @@ func TestStatusPage_AsksForATokenOnceAndShowsButtonsByRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "the Retry button for an admin", fmt.Sprintf(`!!document.querySelector('%s')`, retry))
+	waitJS(t, ctx, "the Pause buttons for an admin", `!!document.querySelector('button[aria-label="Pause queue emails"]')`)
 	waitJS(t, ctx, "the audit part for an admin", `!document.querySelector('#sec-audit').hidden && document.querySelector('#audit').textContent.includes('Verifies')`)
 	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(retry))); err != nil {
 		t.Fatal(err)

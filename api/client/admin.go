@@ -70,10 +70,15 @@ func (c *Client) Audit(ctx context.Context, after uint64, limit int) (AuditPage,
 
 // AuditReport is the result of walking the audit chain.
 type AuditReport struct {
-	OK          bool   `json:"ok"`
-	Records     uint64 `json:"records"`
-	HeadSeq     uint64 `json:"head_seq"`
-	HeadHash    string `json:"head_hash"`
+	OK       bool   `json:"ok"`
+	Records  uint64 `json:"records"`
+	HeadSeq  uint64 `json:"head_seq"`
+	HeadHash string `json:"head_hash"`
+	// StartSeq is the checkpoint the stored chain starts after (the last
+	// archived record); 0 when none was archived.
+	StartSeq    uint64 `json:"start_seq,omitempty"`
+	StartHash   string `json:"start_hash,omitempty"`
+	VerifiedSeq uint64 `json:"verified_seq"`
 	FirstBroken uint64 `json:"first_broken,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 }
@@ -108,4 +113,50 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 		return n, fmt.Errorf("fenceq: GET /v1/backup: got %d bytes, the server announced %d", n, resp.ContentLength)
 	}
 	return n, nil
+}
+
+// ArchiveAudit streams the audit records older than the server's
+// --audit-retention (GET /v1/audit/archive, admin) to w as an archive file
+// and returns the bytes written; limit bounds the records (0: all). It
+// removes nothing (RemoveArchivedAudit does). Verify what w got before you
+// rely on it: a transfer cut short lacks the archive's end line.
+func (c *Client) ArchiveAudit(ctx context.Context, w io.Writer, limit uint64) (int64, error) {
+	r := request{method: http.MethodGet, escapedPath: "/v1/audit/archive"}
+	if limit > 0 {
+		r.query = url.Values{"limit": {strconv.FormatUint(limit, 10)}}
+	}
+	resp, err := c.send(ctx, r)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return n, fmt.Errorf("fenceq: GET /v1/audit/archive: after %d bytes: %w", n, err)
+	}
+	return n, nil
+}
+
+// AuditCheckpoint is where the server's stored audit chain begins: the
+// last record archived and removed.
+type AuditCheckpoint struct {
+	Seq        uint64     `json:"seq"`
+	Hash       string     `json:"hash,omitempty"`
+	Time       *time.Time `json:"time,omitempty"`
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
+}
+
+// RemoveArchivedAudit asks the server to remove its oldest audit records
+// through throughSeq, whose hash must be throughHash (POST
+// /v1/audit/archive/remove, admin). One call removes a bounded number;
+// done says whether the checkpoint reached throughSeq. Call it only once
+// the archive holding those records is written and synced.
+func (c *Client) RemoveArchivedAudit(ctx context.Context, throughSeq uint64, throughHash string) (cp AuditCheckpoint, done bool, err error) {
+	var out struct {
+		Checkpoint AuditCheckpoint `json:"checkpoint"`
+		Done       bool            `json:"done"`
+	}
+	_, err = c.do(ctx, request{method: http.MethodPost, escapedPath: "/v1/audit/archive/remove",
+		body: map[string]any{"through_seq": throughSeq, "through_hash": throughHash}}, &out)
+	return out.Checkpoint, out.Done, err
 }

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -55,6 +56,18 @@ type recordingTransport struct {
 	reqs []sent
 	gate chan struct{} // non-nil: held requests wait for it to close
 	hold func(sent) bool
+	// lose, when it returns true for a request, lets it reach the server
+	// and drops the reply: the caller sees a transport error.
+	lose func(sent) bool
+}
+
+var errReplyLost = errors.New("test: the reply was lost on the way")
+
+// loseReplies drops the reply of every request for which lose returns true.
+func (rt *recordingTransport) loseReplies(lose func(sent) bool) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.lose = lose
 }
 
 func newRecordingTransport() *recordingTransport {
@@ -90,7 +103,7 @@ func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	}
 	rt.mu.Lock()
 	rt.reqs = append(rt.reqs, s)
-	gate, hold := rt.gate, rt.hold
+	gate, hold, lose := rt.gate, rt.hold, rt.lose
 	rt.mu.Unlock()
 	if gate != nil && hold(s) {
 		select {
@@ -99,7 +112,13 @@ func (rt *recordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 			return nil, req.Context().Err()
 		}
 	}
-	return rt.next.RoundTrip(req)
+	resp, err := rt.next.RoundTrip(req)
+	if err == nil && lose != nil && lose(s) {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, errReplyLost
+	}
+	return resp, err
 }
 
 // matching returns the recorded requests whose path ends with suffix.

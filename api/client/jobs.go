@@ -410,10 +410,46 @@ func (c *Client) CheckJob(ctx context.Context, id, token uint64) (JobCheck, erro
 	return out, err
 }
 
-// QueueCounts is the number of jobs of one queue in each state.
+// QueueCounts is the number of jobs of one queue in each state, and its
+// pause: a paused queue takes enqueues but gives no claims.
 type QueueCounts struct {
-	Queue  string            `json:"queue"`
-	Counts map[string]uint64 `json:"counts"`
+	Queue    string            `json:"queue"`
+	Counts   map[string]uint64 `json:"counts"`
+	Paused   bool              `json:"paused"`
+	PausedAt time.Time         `json:"paused_at,omitzero"` // while paused
+	PausedBy string            `json:"paused_by,omitempty"`
+}
+
+// QueuePause is a queue after PauseQueue or ResumeQueue. Changed is false
+// when it already was as asked (nothing was written or audited).
+type QueuePause struct {
+	Queue    string    `json:"queue"`
+	Paused   bool      `json:"paused"`
+	PausedAt time.Time `json:"paused_at,omitzero"`
+	PausedBy string    `json:"paused_by,omitempty"`
+	Changed  bool      `json:"changed"`
+}
+
+// PauseQueue pauses a queue (admin): it keeps taking enqueues, but claims
+// (long-polls included) get none of its jobs until ResumeQueue; jobs
+// already claimed can still be heartbeaten, completed and failed. Pausing
+// a paused queue is no error. Errors: CodeInvalidArgument (a bad queue
+// name), CodeResourceExhausted (too many queues paused).
+func (c *Client) PauseQueue(ctx context.Context, queue string) (QueuePause, error) {
+	return c.setPaused(ctx, queue, "pause")
+}
+
+// ResumeQueue resumes a paused queue (admin); its waiting long-polls are
+// woken. Resuming a queue that runs is no error.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) (QueuePause, error) {
+	return c.setPaused(ctx, queue, "resume")
+}
+
+func (c *Client) setPaused(ctx context.Context, queue, action string) (QueuePause, error) {
+	var out QueuePause
+	path := "/v1/queues/" + url.PathEscape(queue) + "/" + action
+	_, err := c.do(ctx, request{method: http.MethodPost, escapedPath: path}, &out)
+	return out, err
 }
 
 // Queues returns the job counts per queue and state (GET /v1/queues).

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -119,8 +118,8 @@ type WorkerConfig struct {
 	// Logger receives claim errors, lost claims and failures. Default
 	// slog.Default().
 	Logger *slog.Logger
-	// OnDone, if set, is called after each job, from the goroutine that
-	// ran it.
+	// OnDone, if set, is called after each job, from a goroutine of the
+	// Worker's that sends completions and failures: it should return soon.
 	OnDone func(Done)
 	// NoClaimNext turns off claiming the next job with the completion (one
 	// transaction for both). Leave it off unless a proxy cannot pass it.
@@ -266,11 +265,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
-	var wg sync.WaitGroup
-	for range w.cfg.Concurrency {
-		wg.Go(func() { w.slot(claimCtx) })
-	}
-	wg.Wait()
+	w.loop(claimCtx)
 	close(slotsDone)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -305,37 +300,6 @@ const (
 	claimRetryMax = 5 * time.Second
 )
 
-// slot is one of Concurrency loops: claim a job, run it, repeat.
-func (w *Worker) slot(claimCtx context.Context) {
-	pause := claimRetryMin
-	params := ClaimParams{Worker: w.cfg.Name, Queues: w.cfg.Queues, Lease: w.cfg.Lease, Wait: w.cfg.Wait}
-	for !w.isStopping() {
-		job, ok, err := w.c.Claim(claimCtx, params)
-		if err != nil {
-			if w.isStopping() {
-				return
-			}
-			if claimRefused(err) {
-				w.log.Error("the server refuses the claim itself; stopping", "err", err)
-				w.fatal(err)
-				return
-			}
-			w.log.Warn("claim failed; trying again", "err", err, "in", pause)
-			select {
-			case <-time.After(pause):
-			case <-w.stopping:
-				return
-			}
-			pause = min(2*pause, claimRetryMax)
-			continue
-		}
-		pause = claimRetryMin
-		for ok {
-			job, ok = w.process(job)
-		}
-	}
-}
-
 // claimRefused reports an answer that says claiming itself is wrong, not
 // that the server is busy or away: any 4xx but 408 and 429.
 func claimRefused(err error) bool {
@@ -355,102 +319,6 @@ func lostClaim(err error) bool {
 func transient(err error) bool {
 	s := StatusCode(err)
 	return s == 0 || s == http.StatusTooManyRequests || s >= 500
-}
-
-// process runs one claimed job to its end and returns the next job when
-// the completion claimed one.
-func (w *Worker) process(job Job) (next Job, hasNext bool) {
-	token := job.FencingToken
-	if token == 0 {
-		token = job.Attempts
-	}
-	log := w.log.With("job", job.ID, "queue", job.Queue, "token", token)
-
-	hctx, cancelHandler := context.WithCancelCause(w.jobsCtx)
-	defer cancelHandler(nil)
-	hbCtx, stopHeartbeats := context.WithCancel(w.base)
-	var (
-		lostMu  sync.Mutex
-		lostErr error
-	)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeats(hbCtx, job.ID, token, log, func(err error) {
-			lostMu.Lock()
-			lostErr = err
-			lostMu.Unlock()
-			cancelHandler(fmt.Errorf("%w: %w", ErrClaimLost, err))
-		})
-	}()
-
-	result, attestation, herr := w.call(hctx, job, log)
-	stopHeartbeats()
-	<-hbDone
-
-	lostMu.Lock()
-	lost := lostErr
-	lostMu.Unlock()
-	if lost != nil {
-		log.Warn("claim lost; the job is not completed by this worker", "err", lost)
-		w.report(Done{Job: job, Outcome: OutcomeLost, Err: lost})
-		return Job{}, false
-	}
-
-	var d Done
-	if herr == nil {
-		d, next, hasNext = w.complete(job, token, result, attestation, log)
-	} else {
-		d = w.failJob(job, token, herr, errors.Is(context.Cause(hctx), ErrWorkerStopped), log)
-	}
-	if d.Outcome == OutcomeLost {
-		// Whatever the handler left running must stop too.
-		cancelHandler(fmt.Errorf("%w: %w", ErrClaimLost, d.Err))
-	}
-	cancelHandler(nil)
-	w.report(d)
-	return next, hasNext
-}
-
-// call runs the handler, turning a panic into an error.
-func (w *Worker) call(ctx context.Context, job Job, log *slog.Logger) (result, attestation any, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Error("handler panicked", "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
-	return w.h(ctx, job)
-}
-
-// heartbeats extends the claim every Lease/3 until ctx ends, and calls
-// lost (once) when the server refuses a heartbeat as not the current
-// claim. Failed heartbeats are tried again sooner.
-func (w *Worker) heartbeats(ctx context.Context, id, token uint64, log *slog.Logger, lost func(error)) {
-	every := w.cfg.Lease / 3
-	retry := max(every/4, 10*time.Millisecond)
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		_, err := w.c.Heartbeat(ctx, id, HeartbeatParams{Worker: w.cfg.Name, FencingToken: token, Lease: w.cfg.Lease})
-		switch {
-		case err == nil:
-			t.Reset(every)
-		case ctx.Err() != nil:
-			return
-		case lostClaim(err):
-			lost(err)
-			return
-		default:
-			log.Warn("heartbeat failed; trying again", "err", err)
-			t.Reset(retry)
-		}
-	}
 }
 
 // finishBudget bounds how long a completion or failure is sent again
@@ -481,53 +349,6 @@ func (w *Worker) deliver(call func(ctx context.Context, attempt int) error, log 
 	}
 }
 
-func (w *Worker) complete(job Job, token uint64, result, attestation any, log *slog.Logger) (d Done, next Job, hasNext bool) {
-	params := CompleteParams{Worker: w.cfg.Name, FencingToken: token, Result: result, Attestation: attestation}
-	if _, err := params.body(); err != nil {
-		// The result cannot be stored: fail the attempt instead.
-		return w.failJob(job, token, fmt.Errorf("the handler's result cannot be sent: %w", err), false, log), Job{}, false
-	}
-	var (
-		final Job
-		more  []Job
-	)
-	repeated, err := w.deliver(func(ctx context.Context, attempt int) error {
-		var err error
-		// Claim the next job with the completion, in one transaction,
-		// unless stopping; a repeat is a plain completion, so that an
-		// applied first try cannot leave a claimed job nobody knows of.
-		if attempt == 0 && !w.cfg.NoClaimNext && !w.isStopping() {
-			final, more, err = w.c.CompleteAndClaim(ctx, job.ID, params,
-				ClaimNext{Queues: w.cfg.Queues, Lease: w.cfg.Lease})
-			return err
-		}
-		final, err = w.c.Complete(ctx, job.ID, params)
-		return err
-	}, log)
-	switch {
-	case err == nil:
-		log.Debug("completed")
-		d = Done{Job: job, Outcome: OutcomeCompleted, Stored: final}
-	case repeated && lostClaim(err) && w.completedByUs(job.ID, token):
-		// The first try was applied; its answer got lost on the way.
-		d = Done{Job: job, Outcome: OutcomeCompleted}
-	case lostClaim(err):
-		log.Warn("completion refused: the claim was lost", "err", err)
-		d = Done{Job: job, Outcome: OutcomeLost, Err: err}
-	case transient(err):
-		log.Error("could not deliver the completion", "err", err)
-		d = Done{Job: job, Outcome: OutcomeUnknown, Err: err}
-	default:
-		// The server refuses the completion itself (result too large, not
-		// JSON): fail the attempt rather than leave it to expire.
-		d = w.failJob(job, token, fmt.Errorf("completion refused: %w", err), false, log)
-	}
-	if len(more) > 0 {
-		return d, more[0], true
-	}
-	return d, Job{}, false
-}
-
 // completedByUs reports whether the job is completed by the claim with
 // token: only its holder could complete it with that token.
 func (w *Worker) completedByUs(id, token uint64) bool {
@@ -540,35 +361,6 @@ func (w *Worker) completedByUs(id, token uint64) bool {
 // maxErrorText is how much of a handler's error is sent (the server keeps
 // at most 4096 bytes).
 const maxErrorText = 4000
-
-func (w *Worker) failJob(job Job, token uint64, herr error, stopped bool, log *slog.Logger) Done {
-	params := FailParams{Worker: w.cfg.Name, FencingToken: token, Error: truncate(herr.Error(), maxErrorText)}
-	if f, ok := errors.AsType[*Failure](herr); ok {
-		params.RetryDelay, params.Final = f.Delay, f.Final
-	} else if stopped {
-		// Cut short by a stop, not by a fault of the job: let another
-		// worker take it at once.
-		var now time.Duration
-		params.RetryDelay = &now
-	}
-	var final Job
-	_, err := w.deliver(func(ctx context.Context, _ int) error {
-		var err error
-		final, err = w.c.Fail(ctx, job.ID, params)
-		return err
-	}, log)
-	switch {
-	case err == nil:
-		log.Debug("job failed", "err", herr, "state", final.State, "run_at", final.RunAt)
-		return Done{Job: job, Outcome: OutcomeFailed, Err: herr, Stored: final}
-	case lostClaim(err):
-		log.Warn("failure refused: the claim was lost", "err", err, "handler_err", herr)
-		return Done{Job: job, Outcome: OutcomeLost, Err: err}
-	default:
-		log.Error("could not deliver the failure", "err", err, "handler_err", herr)
-		return Done{Job: job, Outcome: OutcomeUnknown, Err: err}
-	}
-}
 
 func (w *Worker) report(d Done) {
 	if w.cfg.OnDone != nil {

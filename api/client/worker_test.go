@@ -86,12 +86,22 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 // tokenOf decodes the fencing_token and worker of a recorded request body.
 func tokenOf(t *testing.T, s sent) (uint64, string) {
 	t.Helper()
+	// A single call's body, or a batch's of one job (these tests hold one).
 	var b struct {
 		Worker       string `json:"worker"`
 		FencingToken uint64 `json:"fencing_token"`
+		Jobs         []struct {
+			FencingToken uint64 `json:"fencing_token"`
+		} `json:"jobs"`
 	}
 	if err := json.Unmarshal([]byte(s.Body), &b); err != nil {
 		t.Fatalf("%s %s: body %q: %v", s.Method, s.Path, s.Body, err)
+	}
+	if len(b.Jobs) == 1 {
+		return b.Jobs[0].FencingToken, b.Worker
+	}
+	if len(b.Jobs) > 1 {
+		t.Fatalf("%s %s: body %q carries %d jobs, want one", s.Method, s.Path, s.Body, len(b.Jobs))
 	}
 	return b.FencingToken, b.Worker
 }
@@ -487,9 +497,21 @@ func TestWorker_ConcurrentHandlersCompleteEveryJobOnce(t *testing.T) {
 	if most < 2 || most > 4 {
 		t.Errorf("at most %d handlers ran at once, want between 2 and 4", most)
 	}
-	// Completions claimed the next job in the same transaction.
+	// Completions claimed the next jobs in the same transaction, and went
+	// out in batches (no single-job completion at all).
 	claims := len(r.rt.matching("/v1/claim"))
 	if claims >= n {
 		t.Errorf("%d claim requests for %d jobs; completions should have claimed most next jobs", claims, n)
+	}
+	completes := r.rt.matching("/v1/jobs/complete")
+	items := 0
+	for _, s := range completes {
+		items += len(decodeSent(t, s).Jobs)
+	}
+	if items != n || len(completes) > n {
+		t.Errorf("%d completion calls carried %d jobs, want %d jobs in at most %d calls", len(completes), items, n, n)
+	}
+	if single := len(r.rt.matching("/complete")) - len(completes); single != 0 {
+		t.Errorf("%d single-job completions, want none", single)
 	}
 }

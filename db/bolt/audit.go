@@ -28,9 +28,7 @@ func appendAudit(tx *bbolt.Tx, now time.Time, e db.AuditEvent) error {
 	if err != nil {
 		return err
 	}
-	audit := tx.Bucket(bucketAudit)
-	audit.FillPercent = 1.0 // keys only ever grow: fill pages instead of splitting them half empty
-	if err := audit.Put(u64(rec.Seq), v); err != nil {
+	if err := tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
 		return err
 	}
 	if err := indexAudit(tx, &rec); err != nil {
@@ -127,16 +125,40 @@ func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectReque
 	return page, nil
 }
 
-// AuditHead reads the chain head from meta: one lookup, no walk.
+// AuditHead reads the chain head and the checkpoint from meta: two
+// lookups, no walk.
 func (s *Store) AuditHead(ctx context.Context) (db.AuditHead, error) {
 	var head db.AuditHead
 	err := s.view(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(metaAuditHead); len(v) == 8+sha256.Size {
-			head = db.AuditHead{Seq: idFromKey(v[:8]), Hash: hex.EncodeToString(v[8:])}
+		seq, hash := readAuditHead(tx)
+		head = db.AuditHead{Seq: seq, Checkpoint: auditCheckpoint(tx)}
+		if hash != nil {
+			head.Hash = hex.EncodeToString(hash)
 		}
 		return nil
 	})
 	return head, err
+}
+
+// readAuditHead is the newest link's sequence and hash (0 and nil for an
+// empty log).
+func readAuditHead(tx *bbolt.Tx) (uint64, []byte) {
+	if v := tx.Bucket(bucketMeta).Get(metaAuditHead); len(v) == 8+sha256.Size {
+		return idFromKey(v[:8]), bytes.Clone(v[8:])
+	}
+	return 0, nil
+}
+
+// auditCheckpoint reads the checkpoint the last removal left (the zero
+// value when none did).
+func auditCheckpoint(tx *bbolt.Tx) db.AuditCheckpoint {
+	v := tx.Bucket(bucketMeta).Get(metaAuditCheckpoint)
+	if len(v) != 8+sha256.Size+16 {
+		return db.AuditCheckpoint{}
+	}
+	return db.AuditCheckpoint{Seq: idFromKey(v[:8]), Hash: hex.EncodeToString(v[8 : 8+sha256.Size]),
+		Time:       db.FromUnixNano(int64(idFromKey(v[8+sha256.Size : 16+sha256.Size]))),
+		ArchivedAt: db.FromUnixNano(int64(idFromKey(v[16+sha256.Size:])))}
 }
 
 // AuditCounts returns the audit record counters. A file opened read-only
@@ -189,26 +211,52 @@ func (s *Store) ListAudit(ctx context.Context, after uint64, limit int) ([]db.Au
 	return out, err
 }
 
-// VerifyAudit walks the whole chain in one read transaction and reports
-// the first record whose sequence, prev_hash or hash does not check out.
+// VerifyAudit walks the whole stored chain, from the checkpoint, in one
+// read transaction and reports the first record whose sequence, prev_hash
+// or hash does not check out.
 func (s *Store) VerifyAudit(ctx context.Context) (db.AuditReport, error) {
 	var rep db.AuditReport
 	err := s.view(func(tx *bbolt.Tx) error {
-		rep = verifyAudit(tx)
+		rep = verifyAudit(tx, auditCheckpoint(tx).Mark(), -1)
 		return nil
 	})
 	return rep, err
 }
 
-func verifyAudit(tx *bbolt.Tx) db.AuditReport {
+// VerifyAuditFrom walks at most req.Limit records after req.From (or after
+// the checkpoint, when req.From is below it) in one read transaction.
+func (s *Store) VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error) {
+	if req.Limit < 0 {
+		return db.AuditReport{}, db.Errorf(db.CodeInvalid, "limit must not be negative")
+	}
+	if req.Limit == 0 {
+		req.Limit = db.DefaultVerifyStep
+	}
+	var rep db.AuditReport
+	err := s.view(func(tx *bbolt.Tx) error {
+		from := req.From
+		if cp := auditCheckpoint(tx); from.Seq < cp.Seq {
+			from = cp.Mark()
+		}
+		rep = verifyAudit(tx, from, req.Limit)
+		return nil
+	})
+	return rep, err
+}
+
+// verifyAudit walks the chain after from: to its end when limit < 0, or at
+// most limit records.
+func verifyAudit(tx *bbolt.Tx, from db.AuditMark, limit int) db.AuditReport {
 	var v db.ChainVerifier
+	v.Start(from)
 	c := tx.Bucket(bucketAudit).Cursor()
-	for k, val := c.First(); k != nil && v.Add(idFromKey(k), val); k, val = c.Next() {
+	n := 0
+	for k, val := c.Seek(u64(from.Seq + 1)); k != nil && n != limit && v.Add(idFromKey(k), val); k, val = c.Next() {
+		n++
 	}
-	var seq uint64
-	var hash []byte
-	if head := tx.Bucket(bucketMeta).Get(metaAuditHead); len(head) == 8+sha256.Size {
-		seq, hash = idFromKey(head[:8]), head[8:]
+	seq, hash := readAuditHead(tx)
+	if limit < 0 {
+		return v.Report(seq, hash)
 	}
-	return v.Report(seq, hash)
+	return v.ReportSoFar(seq, hash)
 }

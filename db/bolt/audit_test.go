@@ -150,7 +150,7 @@ func TestVerifyAuditNoticesEverySingleByteChangeOfARecord(t *testing.T) {
 			if err := b.Put(u64(target), v); err != nil {
 				t.Fatal(err)
 			}
-			rep := verifyAudit(tx)
+			rep := verifyAudit(tx, db.AuditMark{}, -1)
 			if rep.FirstBroken == target {
 				continue
 			}

@@ -1,5 +1,7 @@
 package bolt
 
+import bbolt "go.etcd.io/bbolt"
+
 // Bucket names, in one place. Every index entry changes in the same
 // transaction as the record it points to (see putJob).
 var (
@@ -34,13 +36,54 @@ var (
 	// bucketAuditCounts: action name (or an expiry outcome, see
 	// auditCountKeys) → uint64; how many audit records of each kind exist.
 	bucketAuditCounts = []byte("audit_counts")
+	// bucketPaused: queue name → msgpack pauseRecord; the paused queues,
+	// which claims skip (pause.go). Schema version 3.
+	bucketPaused = []byte("queue_paused")
 )
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
 	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
-	bucketDead, bucketAuditSubject, bucketAuditCounts}
+	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused}
 
 var (
 	metaSchemaVersion = []byte("schema_version")
 	metaAuditHead     = []byte("audit_head") // seq (8) ‖ hash (32)
+	// metaAuditCheckpoint: the last audit record removed after it was
+	// archived: seq (8) ‖ hash (32) ‖ its time (8) ‖ removed at (8), times
+	// as Unix nanoseconds. Absent until a first removal (schema version 3).
+	metaAuditCheckpoint = []byte("audit_checkpoint")
 )
+
+// fillPercents is how full bbolt packs the pages it splits, per bucket
+// (bbolt's default, half full, for the others). bbolt does not store it:
+// setFill sets it on the bucket handles of every write transaction.
+//
+// A bucket whose keys only grow is written at its right edge, so the left
+// page of a split is never written again and the room a half-full split
+// leaves there stays empty for ever: audit (sequences) and idx_finished
+// (finish times) are packed full. Job ids only grow too, but a job's
+// record grows in place when it is claimed and completed; the tenth left
+// free absorbs that growth without a split that would leave half-empty
+// pages behind. idx_ready mostly grows at the tail of each queue's range
+// (run_at is the enqueue or retry time), with a little room for the jobs
+// that arrive in the middle (priorities, a run_at in the past).
+// idx_audit_subject is appended at enqueue but also written in the middle
+// (a job's later records beside its first). docs/performance.md ("Bytes on
+// disk per job") has the measurements these values were chosen from.
+var fillPercents = map[string]float64{
+	string(bucketJobs):         0.9,
+	string(bucketAudit):        1.0,
+	string(bucketFinished):     1.0,
+	string(bucketReady):        0.95,
+	string(bucketAuditSubject): 0.85,
+}
+
+// setFill sets the fill of the buckets in fillPercents on tx's handles,
+// which tx.Bucket returns again for the rest of the transaction.
+func setFill(tx *bbolt.Tx) {
+	for name, fill := range fillPercents {
+		if b := tx.Bucket([]byte(name)); b != nil {
+			b.FillPercent = fill
+		}
+	}
+}

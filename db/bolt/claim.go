@@ -66,6 +66,9 @@ func (s *Store) claimSteps(w *writer, step int, req db.ClaimRequest, got *[]*job
 	if step == 0 {
 		return true, s.promoteDue(w, 1000)
 	}
+	if req.Queues = unpausedQueues(w.tx, req.Queues); len(req.Queues) == 0 {
+		return false, nil
+	}
 	for len(*got) < req.Max {
 		rec, err := s.claimOne(w, req)
 		if err != nil || rec == nil {
@@ -186,6 +189,9 @@ func (s *Store) expiredHead(w *writer, queue string) (*jobRecord, error) {
 // until its lease expires, as after any claim whose reply was lost.
 func (s *Store) handOff(w *writer) error {
 	for _, rec := range w.available {
+		if isPaused(w.tx, rec.Queue) {
+			continue // its long-polls are woken when the queue is resumed
+		}
 		wt := s.waiters.take(rec.Queue)
 		if wt == nil {
 			queue := rec.Queue
@@ -211,6 +217,12 @@ func (s *Store) handOff(w *writer) error {
 		w.tx.OnCommit(func() { s.nameWaiters.wake(name) })
 	}
 	w.released = w.released[:0]
+	for _, queue := range w.resumed {
+		// Every long-poll of the queue claims again: a resumed queue may
+		// hold any number of jobs.
+		w.tx.OnCommit(func() { s.waiters.signalAll(queue) })
+	}
+	w.resumed = w.resumed[:0]
 	return nil
 }
 
@@ -226,7 +238,7 @@ func (s *Store) claimable(queues []string) (bool, error) {
 			found = true
 			return nil
 		}
-		for _, q := range queues {
+		for _, q := range unpausedQueues(tx, queues) {
 			prefix := queuePrefix(q)
 			if k, _ := tx.Bucket(bucketReady).Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
 				found = true
@@ -268,6 +280,11 @@ func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job
 			}
 			// Signalled and already unregistered: try again.
 		case <-deadline.C:
+			if job := s.releaseWaiter(w); job != nil {
+				return []db.Job{*job}, nil
+			}
+			return nil, nil
+		case <-s.draining: // StopWaiting: answered as when the wait runs out
 			if job := s.releaseWaiter(w); job != nil {
 				return []db.Job{*job}, nil
 			}

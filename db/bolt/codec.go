@@ -7,6 +7,7 @@ import (
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/internal/msgrec"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // A job record is encoded at every change and decoded at every read, most of
@@ -225,7 +226,7 @@ const recordKeyMax = 8
 // (no field of ours) is read through and returned empty, which matches no
 // field.
 func readRecordKey(dec *msgpack.Decoder, buf *[recordKeyMax]byte) ([]byte, error) {
-	n, err := dec.DecodeBytesLen()
+	n, err := decodeBytesLen(dec)
 	if err != nil || n <= 0 {
 		return nil, err
 	}
@@ -241,11 +242,27 @@ func readRecordKey(dec *msgpack.Decoder, buf *[recordKeyMax]byte) ([]byte, error
 // allocates the length its header claims before reading; this grows the
 // slice only as the bytes arrive (readArrivingBytes).
 func readRecordBytes(dec *msgpack.Decoder) ([]byte, error) {
-	n, err := dec.DecodeBytesLen()
+	n, err := decodeBytesLen(dec)
 	if err != nil || n < 0 {
 		return nil, err
 	}
 	return readArrivingBytes(dec, n)
+}
+
+// decodeBytesLen is msgpack's DecodeBytesLen made safe on 32-bit
+// platforms, where it turns a length of 2 GiB or more into a negative int
+// and 4 GiB-1 into -1, its answer for nil: a corrupt header would then
+// read as an absent value instead of failing. No record of ours is 2 GiB.
+func decodeBytesLen(dec *msgpack.Decoder) (int, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	n, err := dec.DecodeBytesLen()
+	if err == nil && n < 0 && c != msgpcode.Nil {
+		return 0, fmt.Errorf("%w: a length of 2 GiB or more", db.ErrCorrupt)
+	}
+	return n, err
 }
 
 // readArrivingBytes reads the n bytes a header claimed, allocating at most

@@ -21,4 +21,5 @@ var (
 	_ dbtest.WaiterCounter = (*Store)(nil)
 	_ dbtest.CommitCounter = (*Store)(nil)
 	_ dbtest.Checker       = (*Store)(nil)
+	_ dbtest.Reopener      = (*Store)(nil)
 )

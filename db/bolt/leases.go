@@ -124,6 +124,8 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 		case <-expiry.C:
 		case <-deadline.C:
 			stop = err // still held: the holder and expiry of the last look
+		case <-s.draining: // StopWaiting: answered as when the wait runs out
+			stop = err
 		case <-ctx.Done():
 			stop = ctx.Err()
 		case <-s.closing:

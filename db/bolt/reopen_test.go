@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/dbtest"
+	bbolt "go.etcd.io/bbolt"
 )
 
 func listAllJobs(t *testing.T, s *Store) []db.Job {
@@ -145,5 +147,61 @@ func TestOpenOfAFileHeldByAnotherStoreReturnsErrLocked(t *testing.T) {
 	}
 	if other != nil {
 		other.Close()
+	}
+}
+
+// setSchemaVersion writes version v into the closed file at path.
+func setSchemaVersion(t *testing.T, path string, v uint64) {
+	t.Helper()
+	raw, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if err := raw.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaSchemaVersion, u64(v)) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readSchemaVersion(t *testing.T, path string) uint64 {
+	t.Helper()
+	raw, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var v uint64
+	_ = raw.View(func(tx *bbolt.Tx) error { v = idFromKey(tx.Bucket(bucketMeta).Get(metaSchemaVersion)); return nil })
+	return v
+}
+
+// TestSchemaVersion_AVersion2FileIsUpgradedToTheCheckpointVersion: a
+// file of schema version 2 (before the audit checkpoint) opens, keeps its
+// jobs and its chain, and becomes this build's version (3, the checkpoint's,
+// or later); archived records can then be
+// removed from it.
+func TestSchemaVersion_AVersion2FileIsUpgradedToTheCheckpointVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	clk := newFakeClock()
+	s := mustOpenStoreAt(t, path, testOptions(clk))
+	mustEnqueue(t, s, db.EnqueueRequest{Principal: "p", Queue: "a"})
+	s.Close()
+	setSchemaVersion(t, path, 2)
+	s = mustOpenStoreAt(t, path, testOptions(clk))
+	if _, err := s.GetJob(ctx, 1); err != nil {
+		t.Errorf("GetJob(1) on the upgraded file: %v", err)
+	}
+	recs, err := s.ListAudit(ctx, 0, 10)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("ListAudit() = %v, %v", recs, err)
+	}
+	clk.Advance(time.Hour)
+	h, _ := hex.DecodeString(recs[0].Hash)
+	if cp, err := s.RemoveAudit(ctx, db.RemoveAuditRequest{Principal: "admin", Through: db.AuditMark{Seq: 1, Hash: h}, Before: clk.Now()}); err != nil || cp.Seq != 1 {
+		t.Errorf("RemoveAudit(through 1) on the upgraded file = %+v, %v; want the checkpoint at 1", cp, err)
+	}
+	s.Close()
+	if v := readSchemaVersion(t, path); v != schemaVersion || schemaVersion < 3 {
+		t.Errorf("schema version after opening a version 2 file = %d (this build: %d), want this build's, at least 3 (the checkpoint's)", v, schemaVersion)
 	}
 }

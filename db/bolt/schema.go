@@ -16,15 +16,26 @@ import (
 //	   audit_counts and filled them at every open.
 //	2  those three are always present and filled: the upgrade from 1
 //	   builds them, once.
+//	3  meta audit_checkpoint, left by the removal of archived audit
+//	   records (RemoveAudit), from which the stored chain verifies. It is
+//	   absent until the first removal, so the upgrade from 2 writes nothing
+//	   but the version: a build of version 2 would verify such a chain
+//	   from record 1 and call it broken.
+//	4  queue_paused, the paused queues (pause.go). A build of version 3
+//	   would ignore it and hand out the jobs of a paused queue, so it must
+//	   refuse the file instead. The upgrade from 3 writes nothing but the
+//	   version (the bucket starts empty: nothing is paused).
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 2
+const schemaVersion = 4
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
 var upgrades = map[uint64]func(tx *bbolt.Tx) error{
-	1: buildNewIndexes,
+	1:                      buildNewIndexes,
+	2:                      func(*bbolt.Tx) error { return nil },
+	pausedQueuesSchema - 1: addPausedQueues,
 }
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
@@ -79,6 +90,13 @@ func buildNewIndexes(tx *bbolt.Tx) error {
 	}
 	return buildAuditIndexes(tx)
 }
+
+// pausedQueuesSchema is the schema version that added queue_paused.
+const pausedQueuesSchema = 4
+
+// addPausedQueues is the upgrade to pausedQueuesSchema: the queue_paused
+// bucket, which initFile has created empty already, so nothing is paused.
+func addPausedQueues(*bbolt.Tx) error { return nil }
 
 // buildDeadIndex adds every dead job to an empty idx_dead when the counts
 // say dead jobs exist: one scan of the jobs, once.

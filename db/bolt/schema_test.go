@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,8 +138,9 @@ func TestOpenRefusesAFileOfANewerSchemaAndLeavesItAsItIs(t *testing.T) {
 			s.Close()
 			t.Fatalf("Open(%+v) of a file of schema version %d = nil error, want ErrSchemaNewer", opts, schemaVersion+1)
 		}
-		if !errors.Is(err, db.ErrSchemaNewer) || !strings.Contains(err.Error(), "schema version 3") || !strings.Contains(err.Error(), "up to 2") {
-			t.Errorf("Open(%+v) error = %v; want ErrSchemaNewer naming versions 3 and 2", opts, err)
+		if !errors.Is(err, db.ErrSchemaNewer) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", schemaVersion+1)) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("up to %d", schemaVersion)) {
+			t.Errorf("Open(%+v) error = %v; want ErrSchemaNewer naming versions %d and %d", opts, err, schemaVersion+1, schemaVersion)
 		}
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {

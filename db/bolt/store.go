@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,17 @@ type Options struct {
 	// callers of the previous commit to come back (see commitLoop).
 	// Default 500µs; negative disables it.
 	SettleTime time.Duration
+	// MaxSize bounds the file's size in bytes; 0 means no bound. A commit
+	// that would grow the file past it fails with db.ErrFull and writes
+	// nothing; reads, and writes that fit in the file's free pages, go on.
+	// On 32-bit platforms the whole file is mapped into the address space,
+	// and a remap that cannot get it leaves the store unusable; this bound
+	// keeps the map below what the process can get (bbolt's Options.MaxSize).
+	MaxSize int
+	// NoSync skips bbolt's fdatasync at each commit. It is for the
+	// power-loss test's control run only (powerloss_test.go), which shows
+	// that a store opened so loses acknowledged writes in a power cut.
+	NoSync bool
 }
 
 func (o *Options) setDefaults() {
@@ -74,6 +86,8 @@ type Store struct {
 	closing   chan struct{}
 	committed chan struct{} // closed when the committer has stopped
 	closeOnce sync.Once
+	draining  chan struct{} // closed by StopWaiting
+	drainOnce sync.Once
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
@@ -96,6 +110,8 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("db: open %s: %w", path, err)
 		}
 	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist) && !opts.ReadOnly
 	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		Timeout:      opts.LockTimeout,
 		ReadOnly:     opts.ReadOnly,
@@ -105,6 +121,8 @@ func Open(path string, opts Options) (*Store, error) {
 		// it, which grows with the free pages a sweep leaves behind.
 		// Durability is unchanged: data and meta pages are synced as before.
 		NoFreelistSync: true,
+		MaxSize:        opts.MaxSize,
+		NoSync:         opts.NoSync,
 	})
 	if err != nil {
 		if errors.Is(err, berrors.ErrTimeout) {
@@ -119,8 +137,17 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("db: open %s: %w", path, err)
 	}
+	if created {
+		// bbolt syncs a new file but not its directory entry: until the
+		// directory is synced, a power cut may take the whole file, and
+		// every commit acknowledged in it, away.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			bdb.Close()
+			return nil, fmt.Errorf("db: sync the directory of %s: %w", path, err)
+		}
+	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{}),
 		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bbolt.Tx) error {
@@ -141,6 +168,25 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.commitLoop()
 	return s, nil
+}
+
+// StopWaiting ends every wait, now and later, for a graceful shutdown: a
+// long-polling claim returns at once with what it has (a job already handed
+// off to it, else none), and a waiting AcquireLease returns its lease-held
+// refusal, as when their waits run out. Everything else goes on until Close.
+func (s *Store) StopWaiting() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// syncDir fsyncs the directory dir, making the names in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Path returns the file the store was opened on.
@@ -173,6 +219,9 @@ func (s *Store) Check() error {
 		}
 		if first != nil {
 			return first
+		}
+		if err := checkPauses(tx); err != nil {
+			return err
 		}
 		return checkIndexes(tx)
 	})
@@ -360,6 +409,7 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		finish(fmt.Errorf("db: begin: %w", err))
 		return
 	}
+	setFill(tx)
 	w := &writer{reader: reader{tx}}
 	for _, op := range batch {
 		now := s.opts.Now()
@@ -383,6 +433,9 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
+		if errors.Is(err, berrors.ErrMaxSizeReached) {
+			err = fmt.Errorf("%w of %d bytes", db.ErrFull, s.opts.MaxSize)
+		}
 		abort(fmt.Errorf("db: commit: %w", err))
 		return
 	}
@@ -410,4 +463,13 @@ func (s *Store) Ping(ctx context.Context) error {
 	default:
 	}
 	return s.view(func(tx *bbolt.Tx) error { return nil })
+}
+
+// Reopen closes the store and opens its file again with the same options,
+// for tests of what outlives a restart (dbtest.Reopener).
+func (s *Store) Reopen() (db.Store, error) {
+	if err := s.Close(); err != nil {
+		return nil, err
+	}
+	return Open(s.path, s.opts)
 }

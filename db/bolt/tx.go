@@ -42,6 +42,7 @@ type writer struct {
 	available []*jobRecord // became available in this step, in order
 	wakeAt    int64        // earliest run_at or lease expiry written, 0 for none
 	released  []string     // named leases released
+	resumed   []string     // queues resumed
 }
 
 // putJob writes rec and moves its index entry and state count from what

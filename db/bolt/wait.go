@@ -92,6 +92,14 @@ func (ws *waiters) signal(queue string, n int) {
 	}
 }
 
+// signalAll wakes every waiter of queue.
+func (ws *waiters) signalAll(queue string) {
+	ws.mu.Lock()
+	n := len(ws.byQueue[queue])
+	ws.mu.Unlock()
+	ws.signal(queue, n)
+}
+
 // take removes and returns the oldest sleeping waiter of queue, or nil.
 func (ws *waiters) take(queue string) *waiter {
 	ws.mu.Lock()
@@ -212,6 +220,7 @@ func claimableByTime(tx *bbolt.Tx, now time.Time, queues []string) (map[string]i
 	const bound = 1000
 	due := map[string]int{}
 	waiting := map[string]bool{}
+	queues = unpausedQueues(tx, queues) // a paused queue's jobs wake nobody
 	for _, q := range queues {
 		waiting[q] = true
 	}

@@ -53,6 +53,10 @@ type linInput struct {
 	lease  int64 // claim, heartbeat
 	ticks  int64 // advance
 	clock0 int64 // the clock when the call was made
+	// batch sends a heartbeat, completion or failure as the first item of
+	// a batch whose second item names a job that does not exist: the
+	// job's item must be decided exactly as the single call, alone.
+	batch bool
 }
 
 // linOutput is its answer: ok, or the refusal; for a claim the token, for
@@ -261,6 +265,9 @@ func linRound(t *testing.T, s db.Store, clock *linClock, round, clients, opsPerC
 				if in.kind != linCheck && in.kind != linClaim && rng.IntN(10) == 0 {
 					in.token = 0 // "not given": the name check alone
 				}
+				if in.kind == linHeartbeat || in.kind == linComplete || in.kind == linFail {
+					in.batch = rng.IntN(2) == 0
+				}
 				in.clock0 = clock.ticks.Load()
 				call := since()
 				out, err := linCall(ctx, s, id, queue, in)
@@ -315,15 +322,32 @@ func linCall(ctx context.Context, s db.Store, id uint64, queue string, in linInp
 			return linOutput{ok: true, token: jobs[0].FencingToken(), leaseEnd: toTicks(jobs[0].LeaseExpiresAt)}, nil
 		}
 	case linHeartbeat:
-		job, err = s.HeartbeatJob(ctx, db.HeartbeatRequest{Fenced: f, Lease: time.Duration(in.lease) * linTick})
+		req := db.HeartbeatRequest{Fenced: f, Lease: time.Duration(in.lease) * linTick}
+		if in.batch {
+			job, err = linBatch(s.HeartbeatJobs(ctx, []db.HeartbeatRequest{req, {Fenced: linDecoy(f)}}))
+		} else {
+			job, err = s.HeartbeatJob(ctx, req)
+		}
 		if err == nil {
 			return linOutput{ok: true, leaseEnd: toTicks(job.LeaseExpiresAt)}, nil
 		}
 	case linComplete:
-		_, err = s.CompleteJob(ctx, db.CompleteRequest{Fenced: f})
+		req := db.CompleteRequest{Fenced: f}
+		if in.batch {
+			var res db.CompleteBatchResult
+			res, err = s.CompleteJobs(ctx, db.CompleteBatchRequest{Items: []db.CompleteRequest{req, {Fenced: linDecoy(f)}}})
+			_, err = linBatch(res.Items, err)
+		} else {
+			_, err = s.CompleteJob(ctx, req)
+		}
 	case linFail:
 		zero := time.Duration(0)
-		_, err = s.FailJob(ctx, db.FailRequest{Fenced: f, Error: "lin", RetryDelay: &zero})
+		req := db.FailRequest{Fenced: f, Error: "lin", RetryDelay: &zero}
+		if in.batch {
+			_, err = linBatch(s.FailJobs(ctx, []db.FailRequest{req, {Fenced: linDecoy(f)}}))
+		} else {
+			_, err = s.FailJob(ctx, req)
+		}
 	case linCheck:
 		_, err = s.CheckJob(ctx, id, in.token)
 	}
@@ -334,6 +358,24 @@ func linCall(ctx context.Context, s db.Store, id uint64, queue string, in linInp
 		return linOutput{refusal: code}, nil
 	}
 	return linOutput{}, err
+}
+
+// linDecoy is a batch's second item: a job that does not exist.
+func linDecoy(f db.Fenced) db.Fenced {
+	f.ID = 1 << 40
+	return f
+}
+
+// linBatch is the first item's outcome of a two-item batch whose second
+// item must be refused as not found; anything else is a fault of the test.
+func linBatch(items []db.ItemResult, err error) (db.Job, error) {
+	if err != nil {
+		return db.Job{}, fmt.Errorf("batch refused whole: %w", err)
+	}
+	if len(items) != 2 || !errors.Is(items[1].Err, ErrJobNotFound) {
+		return db.Job{}, fmt.Errorf("batch decoy item = %+v, want job not found", items)
+	}
+	return items[0].Job, items[0].Err
 }
 
 func testLinearizable_ClaimsAndFencedCallsOnOneJob(t *testing.T, newStore Factory) {

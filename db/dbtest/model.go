@@ -63,12 +63,13 @@ type queueModel struct {
 	now    time.Time
 	jobs   map[uint64]*mJob
 	nextID uint64
+	paused map[string]bool // paused queues: claims skip them
 }
 
 var modelQueueRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 func newQueueModel() *queueModel {
-	return &queueModel{now: modelStart, jobs: map[uint64]*mJob{}, nextID: 1}
+	return &queueModel{now: modelStart, jobs: map[uint64]*mJob{}, nextID: 1, paused: map[string]bool{}}
 }
 
 func (m *queueModel) sortedIDs() []uint64 {
@@ -235,6 +236,13 @@ func (m *queueModel) claim(req db.ClaimRequest) ([]*mJob, error) {
 		return nil, ErrInvalidArgument
 	}
 	n := max(req.Max, 1)
+	var running []string
+	for _, q := range queues {
+		if !m.paused[q] {
+			running = append(running, q)
+		}
+	}
+	queues = running
 	if !m.claimable(queues) {
 		return nil, nil
 	}
@@ -636,6 +644,118 @@ func (mm *modelMachine) Fail(t *rapid.T) {
 	}
 }
 
+// genBatch draws 1 to 3 fenced callers; now and then one job twice, which
+// makes the batch malformed.
+func (mm *modelMachine) genBatch(t *rapid.T) []db.Fenced {
+	n := rapid.IntRange(1, 3).Draw(t, "batch_size")
+	keepDup := rapid.IntRange(0, 7).Draw(t, "keep_duplicate") == 0
+	var out []db.Fenced
+	seen := map[uint64]bool{}
+	for range n {
+		f := mm.genFenced(t)
+		if seen[f.ID] && !keepDup {
+			continue
+		}
+		seen[f.ID] = true
+		out = append(out, f)
+	}
+	return out
+}
+
+// batchOK is the model of a batch's shape: not empty, no job twice.
+func batchOK(fs []db.Fenced) bool {
+	seen := map[uint64]bool{}
+	for _, f := range fs {
+		if seen[f.ID] {
+			return false
+		}
+		seen[f.ID] = true
+	}
+	return len(fs) > 0
+}
+
+// sameItems holds a batch's outcome to the model's, item by item: each
+// item is the single call applied in the batch's order.
+func sameItems(t *rapid.T, op string, got []db.ItemResult, err error, ok bool, single func(i int) (*mJob, error)) {
+	t.Helper()
+	if !ok {
+		sameError(t, op+" (malformed)", err, ErrInvalidArgument)
+		return
+	}
+	if err != nil {
+		t.Fatalf("%s error = %v, want per-item outcomes", op, err)
+	}
+	for i := range got {
+		want, wantErr := single(i)
+		sameError(t, fmt.Sprintf("%s item", op), got[i].Err, wantErr)
+		if wantErr == nil {
+			sameJob(t, fmt.Sprintf("%s[%d]", op, i), got[i].Job, want)
+		}
+	}
+}
+
+func (mm *modelMachine) HeartbeatBatch(t *rapid.T) {
+	fs := mm.genBatch(t)
+	reqs := make([]db.HeartbeatRequest, len(fs))
+	for i, f := range fs {
+		reqs[i] = db.HeartbeatRequest{Fenced: f, Lease: genLease.Draw(t, "lease")}
+	}
+	got, err := mm.store.HeartbeatJobs(mm.ctx, reqs)
+	sameItems(t, "HeartbeatJobs", got, err, batchOK(fs), func(i int) (*mJob, error) { return mm.model.heartbeat(reqs[i]) })
+}
+
+func (mm *modelMachine) CompleteBatch(t *rapid.T) {
+	fs := mm.genBatch(t)
+	req := db.CompleteBatchRequest{Items: make([]db.CompleteRequest, len(fs))}
+	for i, f := range fs {
+		req.Items[i] = db.CompleteRequest{Fenced: f, Result: json.RawMessage(genResult.Draw(t, "result"))}
+	}
+	var next *db.ClaimRequest
+	if rapid.Bool().Draw(t, "claim_next") {
+		next = &db.ClaimRequest{Principal: genPrinc.Draw(t, "next_principal"), Worker: genWorker.Draw(t, "next_worker"),
+			Queues: rapid.SliceOfN(genClaimQ, 0, 2).Draw(t, "next_queues"), Lease: genLease.Draw(t, "next_lease"),
+			Max: rapid.IntRange(0, 2).Draw(t, "next_max")}
+		req.Next = next
+	}
+	got, err := mm.store.CompleteJobs(mm.ctx, req)
+	ok := batchOK(fs)
+	if ok && next != nil {
+		// A claim the model refuses refuses the whole batch before any item.
+		if _, ok2 := normalizeQueues(next.Queues); !ok2 || next.Worker == "" {
+			sameError(t, "CompleteJobs (bad claim_next)", err, ErrInvalidArgument)
+			return
+		}
+		if _, ok2 := leaseOf(next.Lease); !ok2 {
+			sameError(t, "CompleteJobs (bad claim_next)", err, ErrInvalidArgument)
+			return
+		}
+	}
+	sameItems(t, "CompleteJobs", got.Items, err, ok, func(i int) (*mJob, error) { return mm.model.complete(req.Items[i]) })
+	if ok && next != nil {
+		want, wantErr := mm.model.claim(*next)
+		sameError(t, "CompleteJobs claim_next", wantErr, nil)
+		if len(got.Next) != len(want) {
+			t.Fatalf("CompleteJobs claimed %d jobs, want %d", len(got.Next), len(want))
+		}
+		for i := range want {
+			sameJob(t, fmt.Sprintf("CompleteJobs next[%d]", i), got.Next[i], want[i])
+		}
+	}
+}
+
+func (mm *modelMachine) FailBatch(t *rapid.T) {
+	fs := mm.genBatch(t)
+	reqs := make([]db.FailRequest, len(fs))
+	for i, f := range fs {
+		reqs[i] = db.FailRequest{Fenced: f, Error: "batch", Final: rapid.IntRange(0, 4).Draw(t, "final") == 0}
+		if d := genRetry.Draw(t, "retry_delay"); d != -2 {
+			reqs[i].RetryDelay = &d
+		}
+	}
+	got, err := mm.store.FailJobs(mm.ctx, reqs)
+	sameItems(t, "FailJobs", got, err, batchOK(fs), func(i int) (*mJob, error) { return mm.model.fail(reqs[i]) })
+}
+
 func (mm *modelMachine) Cancel(t *rapid.T) {
 	id := mm.genID(t)
 	got, err := mm.store.CancelJob(mm.ctx, db.JobRequest{Principal: "local", ID: id})
@@ -653,6 +773,27 @@ func (mm *modelMachine) Retry(t *rapid.T) {
 	sameError(t, "RetryJob", err, wantErr)
 	if err == nil {
 		sameJob(t, "RetryJob", got, want)
+	}
+}
+
+func (mm *modelMachine) SetPaused(t *rapid.T) {
+	req := db.PauseRequest{Principal: "ops", Queue: rapid.SampledFrom([]string{"a", "a", "b", "b", "default", "bad queue!"}).Draw(t, "queue"),
+		Paused: rapid.Bool().Draw(t, "paused")}
+	got, err := mm.store.SetQueuePaused(mm.ctx, req)
+	if !modelQueueRE.MatchString(req.Queue) {
+		sameError(t, "SetQueuePaused", err, ErrInvalidArgument)
+		return
+	}
+	sameError(t, "SetQueuePaused", err, nil)
+	changed := mm.model.paused[req.Queue] != req.Paused
+	if got.Paused != req.Paused || got.Changed != changed || got.Queue != req.Queue {
+		t.Fatalf("SetQueuePaused(%+v) = %+v, want paused %v, changed %v", req, got, req.Paused, changed)
+	}
+	if req.Paused {
+		mm.model.paused[req.Queue] = true
+		modelTally.add("paused")
+	} else {
+		delete(mm.model.paused, req.Queue)
 	}
 }
 
@@ -694,6 +835,21 @@ func (mm *modelMachine) Check(t *rapid.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("Stats() = %v, want %v", got, want)
 	}
+	pauses, err := mm.store.PausedQueues(mm.ctx)
+	if err != nil {
+		t.Fatalf("PausedQueues() error = %v", err)
+	}
+	var gotPaused, wantPaused []string
+	for _, p := range pauses {
+		gotPaused = append(gotPaused, p.Queue)
+	}
+	for q := range mm.model.paused {
+		wantPaused = append(wantPaused, q)
+	}
+	sort.Strings(wantPaused)
+	if fmt.Sprint(gotPaused) != fmt.Sprint(wantPaused) {
+		t.Fatalf("PausedQueues() = %v, want %v", gotPaused, wantPaused)
+	}
 	if c, ok := mm.store.(Checker); ok {
 		if err := c.Check(); err != nil {
 			t.Fatalf("Check() = %v", err)
@@ -713,7 +869,9 @@ func testModel_StoreFollowsTheRules(t *testing.T, newStore Factory) {
 		}{
 			"Enqueue": {mm.Enqueue, 3}, "EnqueueBatch": {mm.EnqueueBatch, 1}, "Claim": {mm.Claim, 3},
 			"Heartbeat": {mm.Heartbeat, 2}, "Complete": {mm.Complete, 2}, "Fail": {mm.Fail, 2},
+			"HeartbeatBatch": {mm.HeartbeatBatch, 1}, "CompleteBatch": {mm.CompleteBatch, 2}, "FailBatch": {mm.FailBatch, 1},
 			"Cancel": {mm.Cancel, 1}, "Retry": {mm.Retry, 1}, "AdvanceClock": {mm.AdvanceClock, 2},
+			"SetPaused": {mm.SetPaused, 1},
 		}
 		actions := map[string]func(*rapid.T){"": mm.Check}
 		for name, a := range weighted {

@@ -198,6 +198,11 @@ func takeSnapshot(tb testing.TB, s db.Store) snapshot {
 		tb.Fatalf("snapshot: Stats: %v", err)
 	}
 	snap["stats"] = fmt.Sprint(stats)
+	paused, err := s.PausedQueues(c)
+	if err != nil {
+		tb.Fatalf("snapshot: PausedQueues: %v", err)
+	}
+	snap["paused"] = fmt.Sprint(paused)
 	head, err := s.AuditHead(c)
 	if err != nil {
 		tb.Fatalf("snapshot: AuditHead: %v", err)

@@ -4,6 +4,14 @@ package dbtest
 var tests = []test{
 	// audit.go
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
+	{"AnIncrementalVerificationWalksOnlyWhatWasAppended", testAnIncrementalVerificationWalksOnlyWhatWasAppended},
+	{"ArchivedAuditRecordsAreRemovedLeavingACheckpoint", testArchivedAuditRecordsAreRemovedLeavingACheckpoint},
+	// batch.go
+	{"CompleteJobsDecidesEachItemAsTheSingleCallWould", testCompleteJobsDecidesEachItemAsTheSingleCallWould},
+	{"HeartbeatAndFailJobsDecideEachItemAlone", testHeartbeatAndFailJobsDecideEachItemAlone},
+	{"AMalformedBatchIsRefusedWhole", testAMalformedBatchIsRefusedWhole},
+	{"CompleteJobsClaimsNextInTheSameCommit", testCompleteJobsClaimsNextInTheSameCommit},
+	{"ABatchRacingAReclaimHasOneWinnerPerJob", testABatchRacingAReclaimHasOneWinnerPerJob},
 	// claim.go
 	{"ClaimTakesHigherPriorityFirstAndFIFOWithinAPriority", testClaimTakesHigherPriorityFirstAndFIFOWithinAPriority},
 	{"ClaimTakesTheOlderRunAtFirstWithinAPriority", testClaimTakesTheOlderRunAtFirstWithinAPriority},
@@ -39,6 +47,12 @@ var tests = []test{
 	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},
 	// model.go
 	{"Model_StoreFollowsTheRules", testModel_StoreFollowsTheRules},
+	// pause.go
+	{"APausedQueueGivesNoClaimsUntilItIsResumed", testAPausedQueueGivesNoClaimsUntilItIsResumed},
+	{"TheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed", testTheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed},
+	{"ALongPollOnAPausedQueueWaitsForTheResume", testALongPollOnAPausedQueueWaitsForTheResume},
+	{"APauseOutlivesReopeningTheStore", testAPauseOutlivesReopeningTheStore},
+	{"PauseRefusalsChangeNothing", testPauseRefusalsChangeNothing},
 	// status.go
 	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
 	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},

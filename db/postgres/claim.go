@@ -55,13 +55,15 @@ func (s *Store) claimable(ctx context.Context, queues []string) (found bool, nex
 	var nextp *int64
 	err = s.pool.QueryRow(ctx, `WITH now AS (SELECT `+nowSQL+` AS ns)
 		SELECT (SELECT ns FROM now),
-		  EXISTS (SELECT 1 FROM fenceq_jobs WHERE state = 'available' AND queue = ANY($2))
+		  EXISTS (SELECT 1 FROM fenceq_jobs WHERE state = 'available' AND queue = ANY($2) AND queue NOT IN (SELECT queue FROM fenceq_paused))
 		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'scheduled' AND run_at <= now.ns)
-		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'claimed' AND queue = ANY($2) AND lease_expires_at <= now.ns),
+		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'claimed' AND queue = ANY($2) AND lease_expires_at <= now.ns
+		             AND queue NOT IN (SELECT queue FROM fenceq_paused)),
 		  (SELECT min(t) FROM unnest($2::text[]) AS q(name), LATERAL (
 		     (SELECT run_at AS t FROM fenceq_jobs WHERE state = 'scheduled' AND queue = q.name ORDER BY run_at LIMIT 1)
 		     UNION ALL
-		     (SELECT lease_expires_at FROM fenceq_jobs WHERE state = 'claimed' AND queue = q.name ORDER BY lease_expires_at LIMIT 1)) AS heads)`,
+		     (SELECT lease_expires_at FROM fenceq_jobs WHERE state = 'claimed' AND queue = q.name ORDER BY lease_expires_at LIMIT 1)) AS heads
+		   WHERE q.name NOT IN (SELECT queue FROM fenceq_paused))`,
 		s.clockArg(), queues).Scan(&now, &found, &nextp)
 	if err != nil {
 		return false, 0, 0, s.readError(err)
@@ -86,6 +88,11 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 			*w.promoted = true
 		}
 	}
+	queues, err := unpaused(w, req.Queues)
+	if err != nil || len(queues) == 0 {
+		return nil, err
+	}
+	req.Queues = queues
 	var jobs []db.Job
 	for len(jobs) < req.Max {
 		want := req.Max - len(jobs)

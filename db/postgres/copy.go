@@ -37,6 +37,10 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 		return rep, err
 	}
 	defer s.Close()
+	srcHead, err := src.AuditHead(ctx)
+	if err != nil {
+		return rep, err
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var empty bool
 		if err := tx.QueryRow(ctx, `SELECT seq = 0 AND NOT EXISTS (SELECT 1 FROM fenceq_jobs) AND NOT EXISTS (SELECT 1 FROM fenceq_leases)
@@ -131,16 +135,18 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 		if last.Seq > 0 {
 			hash = last.Hash
 		}
-		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET seq = $1, hash = $2, next_job_id = $3 WHERE id = 1`,
-			int64(last.Seq), hash, int64(seq)+1); err != nil {
+		cp := srcHead.Checkpoint
+		cpHash, _ := hex.DecodeString(cp.Hash)
+		if last.Seq == 0 && cp.Seq > 0 { // every stored link was archived and removed
+			last.Seq, hash = cp.Seq, cpHash
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET seq = $1, hash = $2, next_job_id = $3,
+			cp_seq = $4, cp_hash = $5, cp_time = $6, cp_archived_at = $7 WHERE id = 1`,
+			int64(last.Seq), hash, int64(seq)+1, int64(cp.Seq), nullBytes(cpHash), db.UnixNano(cp.Time), db.UnixNano(cp.ArchivedAt)); err != nil {
 			return err
 		}
 		return s.finishBatch(w, auditHead{})
 	})
-	if err != nil {
-		return rep, err
-	}
-	srcHead, err := src.AuditHead(ctx)
 	if err != nil {
 		return rep, err
 	}

@@ -9,8 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -24,6 +26,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fenceq/fenceq/api/client"
 	"github.com/fenceq/fenceq/internal/cli"
 )
 
@@ -39,6 +42,8 @@ type config struct {
 	EnqueueBatch int           `json:"enqueue_batch"`
 	ClaimMax     int           `json:"claim_max"`
 	ClaimNext    bool          `json:"claim_next"`
+	Worker       bool          `json:"worker"`
+	Concurrency  int           `json:"concurrency,omitempty"`
 	LeaseMs      int64         `json:"lease_ms"`
 	WaitMs       int64         `json:"wait_ms"`
 	Rate         float64       `json:"rate,omitempty"`
@@ -61,6 +66,11 @@ is sent at its due time by its own goroutine whatever the server does (one job
 per request; --producers and --enqueue-batch do not apply). W workers wait in
 long-poll claims (--wait-ms). Enqueue->claim latency is measured from each
 job's due time, so a server that falls behind cannot hide its delay.
+
+With --worker the drain (and the latency mode's workers) go through the real
+Go client.Worker with a no-op handler: --workers Workers (1 unless given),
+each with --concurrency handlers; it claims for its free handlers, batches
+completions (claiming replacements in the same transaction) and heartbeats.
 
 Run it against a queue of its own (--queue): jobs already waiting there are
 claimed and completed too.
@@ -86,6 +96,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&cfg.EnqueueBatch, "enqueue-batch", 1, "jobs per enqueue request (above 1 sends a JSON list)")
 	fs.IntVar(&cfg.ClaimMax, "claim-max", 0, "claim up to this many jobs per request (0: one job, no \"max\" field)")
 	fs.BoolVar(&cfg.ClaimNext, "claim-next", false, "complete with claim_next: completing the last job a worker holds also claims its next (up to --claim-max)")
+	fs.BoolVar(&cfg.Worker, "worker", false, "drain through the Go client.Worker (no-op handler) instead of separate calls")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "with --worker: handlers per Worker")
 	fs.Int64Var(&cfg.LeaseMs, "lease-ms", 30000, "lease of each claim, in milliseconds")
 	fs.Int64Var(&cfg.WaitMs, "wait-ms", 1000, "long-poll wait of each claim, in milliseconds (0-60000)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "latency mode: jobs per second, sent at fixed times (0: throughput mode)")
@@ -95,6 +107,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&cfg.JSON, "json", false, "print the report as JSON")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
+	}
+	workersGiven := false
+	fs.Visit(func(f *flag.Flag) { workersGiven = workersGiven || f.Name == "workers" })
+	if cfg.Worker && !workersGiven {
+		cfg.Workers = 1
+	}
+	if !cfg.Worker {
+		cfg.Concurrency = 0
 	}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -142,6 +162,8 @@ func (c *config) validate() error {
 		return cli.Usagef("--payload must be between 0 and 1048576 bytes")
 	case c.EnqueueBatch < 1:
 		return cli.Usagef("--enqueue-batch must be at least 1")
+	case c.Worker && (c.Concurrency < 1 || c.Concurrency > 10000):
+		return cli.Usagef("--concurrency must be between 1 and 10000")
 	case c.ClaimMax < 0:
 		return cli.Usagef("--claim-max must be 0 or more")
 	case c.LeaseMs < 1:
@@ -791,9 +813,7 @@ func (b *bencher) drainPhase(ctx context.Context, n int64) (Phase, error) {
 	st.target.Store(n)
 	start := time.Now()
 	var wg sync.WaitGroup
-	for w := range b.cfg.Workers {
-		wg.Go(func() { b.worker(ctx, w, st) })
-	}
+	b.startWorkers(ctx, &wg, st)
 	wg.Wait()
 	elapsed := time.Since(start)
 	if st.fe.err != nil {
@@ -805,6 +825,61 @@ func (b *bencher) drainPhase(ctx context.Context, n int64) (Phase, error) {
 	p := newPhase("drain", st.completed.Load(), elapsed, st.lat.summaries())
 	p.EmptyClaims, p.Refused = st.empty.Load(), st.refused.Load()
 	return p, nil
+}
+
+// startWorkers starts the drain's workers: separate calls (worker), or
+// with --worker the Go client.Worker (clientWorker).
+func (b *bencher) startWorkers(ctx context.Context, wg *sync.WaitGroup, st *drainState) {
+	for w := range b.cfg.Workers {
+		if b.cfg.Worker {
+			wg.Go(func() { b.clientWorker(ctx, w, st) })
+		} else {
+			wg.Go(func() { b.worker(ctx, w, st) })
+		}
+	}
+}
+
+// clientWorker runs one client.Worker with a no-op handler until ctx ends
+// (the drain has its completions), then lets it drain.
+func (b *bencher) clientWorker(ctx context.Context, w int, st *drainState) {
+	opts := []client.Option{client.WithHTTPClient(b.hc)}
+	if b.cfg.Token != "" {
+		opts = append(opts, client.WithToken(b.cfg.Token))
+	}
+	c, err := client.New(b.cfg.Server, opts...)
+	if err != nil {
+		st.fe.set(err)
+		return
+	}
+	wait := time.Duration(b.cfg.WaitMs) * time.Millisecond
+	if wait <= 0 {
+		wait = time.Millisecond
+	}
+	worker, err := client.NewWorker(c, func(_ context.Context, job client.Job) (any, any, error) {
+		st.claimed(benchJob{ID: job.ID, Payload: job.Payload})
+		return nil, nil, nil
+	}, client.WorkerConfig{
+		Name: "bench-w" + strconv.Itoa(w), Queues: []string{b.cfg.Queue}, Concurrency: b.cfg.Concurrency,
+		Lease: time.Duration(b.cfg.LeaseMs) * time.Millisecond, Wait: wait,
+		Logger: slog.New(slog.DiscardHandler),
+		OnDone: func(d client.Done) {
+			switch d.Outcome {
+			case client.OutcomeCompleted:
+				st.completedOne()
+			case client.OutcomeLost:
+				st.refused.Add(1)
+			default:
+				st.fe.set(fmt.Errorf("job %d: %s: %v", d.Job.ID, d.Outcome, d.Err))
+			}
+		},
+	})
+	if err != nil {
+		st.fe.set(err)
+		return
+	}
+	if err := worker.Run(ctx); err != nil {
+		st.fe.set(err)
+	}
 }
 
 // worker claims (up to ClaimMax at a time) and completes until the drain
@@ -961,9 +1036,7 @@ func (b *bencher) runLatency(ctx context.Context) (*Report, error) {
 	st := &drainState{done: cancel, fe: &firstError{cancel: cancel}, start: start, run: b.run}
 	st.target.Store(math.MaxInt64)
 	var workers sync.WaitGroup
-	for w := range b.cfg.Workers {
-		workers.Go(func() { b.worker(dctx, w, st) })
-	}
+	b.startWorkers(dctx, &workers, st)
 
 	interval := time.Duration(float64(time.Second) / b.cfg.Rate)
 	total := int64(b.cfg.Duration / interval)
@@ -1053,8 +1126,12 @@ func (r *Report) writeText(w io.Writer) {
 	} else {
 		fmt.Fprintf(w, ", %d jobs, %d producers", c.Jobs, c.Producers)
 	}
-	fmt.Fprintf(w, "\nenqueue batch %d, claim max %d, claim_next %v, lease %d ms, wait %d ms\n\n",
+	fmt.Fprintf(w, "\nenqueue batch %d, claim max %d, claim_next %v, lease %d ms, wait %d ms",
 		c.EnqueueBatch, c.ClaimMax, c.ClaimNext, c.LeaseMs, c.WaitMs)
+	if c.Worker {
+		fmt.Fprintf(w, ", client.Worker with %d handlers each", c.Concurrency)
+	}
+	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\tjobs\tseconds\tjobs/s\tcommits\tjobs/commit\tcommits/job\t")
 	for _, p := range r.Phases {

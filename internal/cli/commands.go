@@ -1,7 +1,7 @@
 package cli
 
 // The client commands: enqueue, get, list, cancel, retry, stats, lease,
-// audit verify and backup. Each is one call[T] (below): flags, then the
+// queue (queue.go), audit verify and backup. Each is one call[T] (below): flags, then the
 // client, then a bounded call, then the result printed for people or, with
 // --json, the server's JSON for scripts. The server and token come from
 // --server/--token or FENCEQ_SERVER/FENCEQ_TOKEN. Exit status: 0 done, 1
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api/client"
+	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 )
 
@@ -40,16 +41,18 @@ type Env struct {
 // Run runs the command named cmd ("enqueue", "lease", "worker", "token",
 // …) with its arguments. An unknown command is a UsageError.
 func Run(ctx context.Context, cmd string, args []string, e Env) error {
-	if cmd == "lease" {
+	if cmd == "lease" || cmd == "queue" {
 		if len(args) == 0 {
-			return UsageError{leaseUsage}
+			return UsageError{map[string]string{"lease": leaseUsage, "queue": queueUsage}[cmd]}
 		}
-		cmd, args = "lease "+args[0], args[1:]
+		cmd, args = cmd+" "+args[0], args[1:]
 	}
 	if cmd == "audit" || cmd == "token" {
 		sub := "verify"
 		if cmd == "token" {
 			sub = "new"
+		} else if len(args) > 0 && args[0] == "archive" {
+			sub = "archive" // archive.go
 		}
 		if len(args) == 0 || args[0] != sub {
 			return UsageError{fmt.Sprintf("usage: fenceq %s %s …; see \"fenceq %s %s --help\"", cmd, sub, cmd, sub)}
@@ -61,6 +64,9 @@ func Run(ctx context.Context, cmd string, args []string, e Env) error {
 	}
 	if strings.HasPrefix(cmd, "lease ") {
 		return UsageError{fmt.Sprintf("unknown lease action %q; %s", strings.TrimPrefix(cmd, "lease "), leaseUsage)}
+	}
+	if strings.HasPrefix(cmd, "queue ") {
+		return UsageError{fmt.Sprintf("unknown queue action %q; %s", strings.TrimPrefix(cmd, "queue "), queueUsage)}
 	}
 	return UsageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
 }
@@ -88,7 +94,11 @@ var commands = map[string]command{
 	"lease release": leaseChangeCmd("release"),
 	"lease check":   leaseCheckCmd,
 	"lease show":    leaseShowCmd,
+	"queue pause":   queuePauseCmd("pause"),
+	"queue resume":  queuePauseCmd("resume"),
+	"queue list":    queueListCmd,
 	"audit verify":  auditVerifyCmd,
+	"audit archive": auditArchiveCmd,
 	"backup":        backupCmd,
 	"worker": commandFunc(func(ctx context.Context, e Env, args []string) error {
 		return workerCommand(ctx, args, e.Stderr)
@@ -645,10 +655,10 @@ var leaseShowCmd = call[any]{
 var auditVerifyCmd = call[auditResult]{
 	name: "audit verify", synopsis: "fenceq audit verify [--db FILE | --server URL] [--json]", jsonHelp: "print the report as JSON",
 	about: "Walk the audit chain and report the first record that does not verify (exit 1 when the chain is broken).\n" +
-		"With --db (or neither flag) the file is read offline; with --server (or FENCEQ_SERVER) and no --db,\n" +
-		"the running server walks it (admin role).",
+		"With --db (or neither flag) the file is read offline: a database, or an archive file written by\n" +
+		"\"fenceq audit archive\"; with --server (or FENCEQ_SERVER) and no --db, the running server walks it (admin role).",
 	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[auditResult], error) {
-		path := fs.String("db", "./fenceq.db", "verify this bbolt file offline (read-only; a copy while a server holds it)")
+		path := fs.String("db", "./fenceq.db", "verify this bbolt file, or an archive of \"fenceq audit archive\", offline (read-only; a copy while a server holds it)")
 		return func([]string) (callFunc[auditResult], error) {
 			dbGiven, serverGiven := false, false
 			fs.Visit(func(f *flag.Flag) {
@@ -656,19 +666,35 @@ var auditVerifyCmd = call[auditResult]{
 				serverGiven = serverGiven || f.Name == "server"
 			})
 			return func(ctx context.Context, c *client.Client) (auditResult, error) {
+				if (dbGiven || !serverGiven) && isArchiveFile(*path) { // archive.go
+					rep, err := verifyArchiveFile(*path)
+					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
+						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
+						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path, archive: &rep.Header}, err
+				}
 				if dbGiven || !serverGiven {
 					rep, err := verifyFileAudit(ctx, *path, e.Stderr)
-					return auditResult{client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
-						HeadHash: rep.HeadHash, FirstBroken: rep.FirstBroken, Reason: rep.Reason}, *path}, err
+					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
+						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
+						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path}, err
 				}
 				rep, err := c.VerifyAudit(ctx)
-				return auditResult{rep, "the server at " + c.BaseURL()}, err
+				return auditResult{AuditReport: rep, of: "the server at " + c.BaseURL()}, err
 			}, nil
 		}
 	},
 	jsonOf: func(r auditResult) any { return r.AuditReport },
 	show: func(e Env, r auditResult) error {
-		if r.OK {
+		switch {
+		case r.OK && r.archive != nil:
+			_, err := fmt.Fprintf(e.Stdout, "ok: archive of %d records, %d-%d (after %d), all older than %s, end %s\n",
+				r.Records, r.StartSeq+1, r.HeadSeq, r.StartSeq, r.archive.Before.Format(time.RFC3339), r.HeadHash)
+			return err
+		case r.OK && r.StartSeq > 0:
+			_, err := fmt.Fprintf(e.Stdout, "ok: %d records after the checkpoint %d (older records were archived), head %d %s\n",
+				r.Records, r.StartSeq, r.HeadSeq, r.HeadHash)
+			return err
+		case r.OK:
 			_, err := fmt.Fprintf(e.Stdout, "ok: %d records, head %d %s\n", r.Records, r.HeadSeq, r.HeadHash)
 			return err
 		}
@@ -686,7 +712,8 @@ var auditVerifyCmd = call[auditResult]{
 // auditResult is a chain verification and what was verified.
 type auditResult struct {
 	client.AuditReport
-	of string
+	of      string
+	archive *db.ArchiveHeader // the header, when an archive file was verified
 }
 
 // backupResult is what "fenceq backup --json" prints.
@@ -765,9 +792,15 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 	if err := os.Rename(tmp, out); err != nil {
 		return backupResult{}, err
 	}
-	if d, err := os.Open(filepath.Dir(out)); err == nil {
-		_ = d.Sync() // make the rename durable
+	// The rename survives a power cut only once the directory is synced
+	// (TestPowerLoss_ABackupSurvivesACutRightAfterItIsWritten).
+	d, err := os.Open(filepath.Dir(out))
+	if err == nil {
+		err = d.Sync()
 		d.Close()
+	}
+	if err != nil {
+		return backupResult{}, fmt.Errorf("wrote %s, but syncing its directory failed, so a power cut may undo the rename: %w", out, err)
 	}
 	return r, nil
 }

@@ -256,17 +256,46 @@
     refresher.now();
   });
 
+  // A paused queue takes enqueues but gives no claims; an admin pauses and
+  // resumes it here (POST /v1/queues/{queue}/pause, /resume).
+  function queueButton(q) {
+    const action = q.paused ? 'resume' : 'pause';
+    const label = q.paused ? 'Resume' : 'Pause';
+    return el('button', {type: 'button', class: 'btn small', 'data-queue-action': action, 'data-for-queue': q.queue,
+      'aria-label': `${label} queue ${q.queue}`, text: label});
+  }
+  document.addEventListener('click', async (ev) => {
+    const b = ev.target.closest('button[data-queue-action]');
+    if (!b) return;
+    const action = b.dataset.queueAction, queue = b.dataset.forQueue;
+    b.disabled = true;
+    try {
+      const r = await api('POST', `/v1/queues/${encodeURIComponent(queue)}/${action}`);
+      const already = r.changed ? '' : (r.paused ? ' (it already was)' : ' (it was not paused)');
+      notify(r.paused ? `Queue ${r.queue} is paused${already}: it takes jobs but gives none to workers.`
+        : `Queue ${r.queue} runs again${already}.`);
+    } catch (e) {
+      notify(`Could not ${action} queue ${queue}: ${e.message}`, true);
+      b.disabled = false;
+    }
+    refresher.now();
+  });
+
   // ---- the status page ------------------------------------------------------
-  function drawQueues(queues) {
-    fillTable('queues', queues, (q) => {
+  function drawQueues(queues, can) {
+    fillTable('queues', queues.map((q) => ({...q, canPause: !!can.pause})), (q) => {
       let total = 0;
       const cells = STATES.map((st) => {
         const n = q.counts[st] || 0;
         total += n;
         return td({class: n ? 'num' : 'num zero', 'data-queue': q.queue, 'data-state': st, text: n});
       });
-      return el('tr', {}, el('th', {scope: 'row', 'data-label': 'Queue', text: q.queue}), cells,
-        td({class: 'num', 'data-queue': q.queue, 'data-state': 'total', text: total}));
+      const name = el('th', {scope: 'row', 'data-label': 'Queue'}, q.queue,
+        q.paused ? el('span', {class: 'badge paused', 'data-paused': q.queue,
+          title: `Paused by ${q.paused_by || 'unknown'} at ${fmtTime(q.paused_at)}: no claims until resumed`, text: 'paused'}) : null);
+      return el('tr', {'data-queue-row': q.queue, class: q.paused ? 'paused' : null}, name, cells,
+        td({class: 'num', 'data-queue': q.queue, 'data-state': 'total', text: total}),
+        td({'data-label': ''}, q.canPause ? queueButton(q) : null));
     }, 'No jobs yet.');
     const tfoot = document.querySelector('#queues tfoot');
     if (queues.length > 1) {
@@ -276,7 +305,7 @@
         tfoot.dataset.key = key;
         tfoot.replaceChildren(el('tr', {}, el('th', {scope: 'row', text: 'All queues'}),
           sums.map((n, i) => td({class: 'num', 'data-label': STATES[i], 'data-queue': '', 'data-state': STATES[i], text: n})),
-          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)})));
+          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)}), td({'data-label': ''})));
       }
     } else {
       tfoot.replaceChildren();
@@ -321,7 +350,7 @@
   }
 
   function drawStatus(st, can) {
-    drawQueues(st.queues || []);
+    drawQueues(st.queues || [], can);
     drawChart(st.throughput || [], st.bucket_seconds || 10);
 
     const claimed = st.claimed || {jobs: [], total: 0};
@@ -385,7 +414,10 @@
     let verdict;
     if (!v) verdict = el('span', {class: 'muted', text: 'Not checked yet.'});
     else if (v.ok) verdict = el('span', {}, el('span', {class: 'ok', text: '✓ Verifies'}),
-      ` through record ${v.head_seq} (all ${v.records} records walked `, timeEl(v.checked_at), ')');
+      ` through record ${v.verified_seq}`,
+      v.start_seq ? ` from the checkpoint at record ${v.start_seq} (older records were archived)` : '',
+      v.catching_up || v.verified_seq < v.head_seq ? ', checking the newer records' : '',
+      ' (checked ', timeEl(v.checked_at), '; each check walks only the records added since the last)');
     else verdict = el('span', {}, el('span', {class: 'bad', text: `✗ Broken at record ${v.first_broken}`}), `: ${v.reason} (checked `, timeEl(v.checked_at), ')');
     $('#audit').replaceChildren(
       el('dt', {text: 'Head'}), el('dd', {}, a.head_seq ? `record ${a.head_seq}` : 'empty log'),
@@ -415,6 +447,7 @@
     const id = document.body.dataset.job;
     const history = new Map(); // seq → record
     let olderCursor = null;    // the "before" for older records, once a page was loaded
+    let archived = null;       // the checkpoint, when the last page says older records were archived
     let who = null;
 
     function drawJob(j) {
@@ -464,6 +497,12 @@
         td({class: 'mono small'}, Object.entries(r.details || {}).map(([k, v]) => el('span', {class: 'sub', text: `${k}: ${v}`})))),
       'No audit records for this job.');
       $('#history-more').hidden = !olderCursor;
+      const note = $('#history-archived');
+      note.hidden = !archived;
+      if (archived) {
+        note.replaceChildren(`Audit records up to #${archived.seq} (the newest of them from `, timeEl(archived.time),
+          ') were archived ', timeEl(archived.archived_at), ': older history is in the archive files, not here.');
+      }
     }
 
     $('#history-more').addEventListener('click', async () => {
@@ -472,6 +511,7 @@
         const page = await api('GET', `/v1/jobs/${id}/history?limit=100&before=${olderCursor}`);
         page.records.forEach((r) => history.set(r.seq, r));
         olderCursor = page.next || null;
+        if (!olderCursor) archived = page.archived || null;
         drawHistory();
       } catch (e) { notify(`Could not load older records: ${e.message}`, true); }
     });
@@ -485,6 +525,7 @@
       const page = await api('GET', `/v1/jobs/${id}/history?limit=100`);
       page.records.forEach((r) => history.set(r.seq, r));
       if (olderCursor === null && page.next) olderCursor = page.next;
+      if (!page.next) archived = page.archived || null;
       drawJob(job);
       drawHistory();
     });
