@@ -389,6 +389,15 @@ func checkAcks(t *testing.T, path string, acks *crashAcks, when string) map[db.S
 		t.Fatalf("%s: bolt.Open(%s) error = %v", when, path, err)
 	}
 	defer s.Close()
+	return checkStoreAcks(t, s, acks, when)
+}
+
+// checkStoreAcks is checkAcks on an open store of any engine.
+func checkStoreAcks(t *testing.T, s interface {
+	db.Store
+	Check() error
+}, acks *crashAcks, when string) map[db.State]int {
+	t.Helper()
 	if err := s.Check(); err != nil {
 		t.Fatalf("%s: Check() = %v", when, err)
 	}

@@ -43,6 +43,7 @@ Usage:
   fenceq [serve] [flags]                      run the server (the default command)
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
+  fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq version [--json]                     print the version, commit and Go version (also --version)
   fenceq help                                 show this help
 
@@ -91,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stdout, stderr)
 	case "bench":
 		return bench.Command(ctx, args, stdout, stderr)
+	case "copy":
+		return copyCommand(ctx, args, stdout, stderr)
 	case "version", "--version":
 		return versionCommand(args, stdout, stderr)
 	case "help", "-h", "--help":
@@ -130,7 +133,7 @@ type serveConfig struct {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := cli.NewFlagSet("fenceq serve", stderr)
-	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing)")
+	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing), or a postgres:// URL shared by several servers")
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7420", "address to serve HTTP on (port 0 picks a free port)")
 	fs.BoolVar(&cfg.requireFencing, "require-fencing", false, "refuse heartbeat, complete and fail without a fencing_token")
 	fs.DurationVar(&cfg.defaultLease, "default-lease", 30*time.Second, "lease of a claim or heartbeat that gives no lease_ms")
@@ -204,16 +207,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if noSync {
 		logger.Warn("FENCEQ_TEST_NOSYNC=1: commits are not synced, a power cut loses acknowledged writes (for tests only)")
 	}
-	// The one place that picks an engine.
-	store, err := bolt.Open(cfg.dbPath, bolt.Options{
-		Rules: db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease, MaxPayloadBytes: cfg.maxPayload,
-			RequireFencing: cfg.requireFencing},
-		SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize, NoSync: noSync,
-	})
+	// The one place that picks an engine (engine.go).
+	store, err := openEngine(ctx, cfg.dbPath, db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
+		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing},
+		bolt.Options{SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize, NoSync: noSync})
 	if err != nil {
-		if errors.Is(err, bolt.ErrLocked) {
-			return fmt.Errorf("%w; is another fenceq serving this file?", err)
-		}
 		return err
 	}
 	defer store.Close()
@@ -233,7 +231,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", cfg.dbPath, "version", buildinfo.Read().Version,
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", displayDB(cfg.dbPath), "version", buildinfo.Read().Version,
 		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
@@ -255,9 +253,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", cfg.dbPath, err)
+		return fmt.Errorf("close %s: %w", displayDB(cfg.dbPath), err)
 	}
-	logger.Info("stopped", "db", cfg.dbPath)
+	logger.Info("stopped", "db", displayDB(cfg.dbPath))
 	return nil
 }
 

@@ -48,14 +48,24 @@ start)
   as_pg "$bin/initdb" -D "$dir/data" -U postgres --pwfile="$dir/.pw" \
     --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --no-locale >"$dir/initdb.log" 2>&1 || {
     cat "$dir/initdb.log" >&2; exit 1; }
+  # A port free when probed may be taken before the server binds it (other
+  # jobs share the machine): try a few.
   port=
-  for p in $(shuf -i 20000-60000 -n 50); do
-    if ! (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then port=$p; break; fi
+  for attempt in 1 2 3 4 5; do
+    port=
+    for p in $(shuf -i 20000-60000 -n 50); do
+      if ! (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then port=$p; break; fi
+    done
+    [[ -n $port ]] || { echo "postgres.sh: no free port found" >&2; exit 1; }
+    if as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
+      -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=on -c max_connections=400 -c shared_buffers=64MB" \
+      >"$dir/pg_ctl.log" 2>&1; then
+      break
+    fi
+    if [[ $attempt -eq 5 ]] || ! grep -q "could not bind" "$dir/postgres.log"; then
+      cat "$dir/pg_ctl.log" "$dir/postgres.log" >&2; exit 1
+    fi
   done
-  [[ -n $port ]] || { echo "postgres.sh: no free port found" >&2; exit 1; }
-  as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start \
-    -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=on -c max_connections=400 -c shared_buffers=64MB" \
-    >"$dir/pg_ctl.log" 2>&1 || { cat "$dir/pg_ctl.log" "$dir/postgres.log" >&2; exit 1; }
   echo "postgres://postgres:$password@127.0.0.1:$port/postgres?sslmode=disable"
   ;;
 stop)

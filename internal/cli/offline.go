@@ -16,6 +16,7 @@ import (
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/db/postgres"
 )
 
 // tokenCommand: fenceq token new NAME --roles worker,producer (the
@@ -53,6 +54,15 @@ func tokenCommand(args []string, stdout, stderr io.Writer) error {
 // server commits may be torn, so it is checked with bbolt's consistency
 // check and taken again (a few times) until it is whole.
 func verifyFileAudit(ctx context.Context, path string, stderr io.Writer) (db.AuditReport, error) {
+	if postgres.IsURL(path) {
+		// A PostgreSQL database: verified in one snapshot, servers running or not.
+		store, err := postgres.Open(ctx, path, postgres.Options{})
+		if err != nil {
+			return db.AuditReport{}, err
+		}
+		defer store.Close()
+		return store.VerifyAudit(ctx)
+	}
 	store, err := bolt.Open(path, bolt.Options{ReadOnly: true, LockTimeout: 200 * time.Millisecond})
 	if err == nil {
 		defer store.Close()

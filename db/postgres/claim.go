@@ -1,0 +1,290 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+)
+
+// ClaimJobs takes up to req.Max of the best eligible jobs in one
+// transaction, in bbolt's order (priority, run_at, id): available jobs,
+// due scheduled ones, and claims whose lease expired by the database's
+// clock (those with no attempts left go dead on the way). Rows another
+// transaction holds are skipped (FOR UPDATE SKIP LOCKED). With Wait it
+// long-polls; a claim that finds nothing costs a read, not a transaction.
+func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	if err := s.opts.NormalizeClaim(&req); err != nil {
+		return nil, err
+	}
+	if req.Wait > 0 {
+		return s.claimWaiting(ctx, req)
+	}
+	jobs, _, err := s.claimNow(ctx, req)
+	return jobs, err
+}
+
+// claimNow claims what is eligible now. When nothing is, it returns the
+// earliest time something of req.Queues becomes claimable by time (0:
+// nothing will without another request).
+func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, dueAt, error) {
+	ok, next, now, err := s.claimable(ctx, req.Queues)
+	if err != nil || !ok {
+		return nil, dueAt{at: next, now: now}, err
+	}
+	var jobs []db.Job
+	err = s.update(ctx, func(w *writer) error {
+		var err error
+		jobs, err = claimIn(w, req)
+		return err
+	})
+	return jobs, dueAt{}, err
+}
+
+// dueAt is when something becomes claimable by time (at, 0 for never) and
+// the time it was read at, both by the rules' clock (the database's).
+type dueAt struct{ at, now int64 }
+
+// claimable reports, in one read, whether a claim on queues could find
+// anything now by the database's clock (or has due jobs of any queue to
+// promote, as every claim does), and otherwise when the first scheduled
+// job or lease of queues comes due.
+func (s *Store) claimable(ctx context.Context, queues []string) (found bool, next, now int64, err error) {
+	var nextp *int64
+	err = s.pool.QueryRow(ctx, `WITH now AS (SELECT `+nowSQL+` AS ns)
+		SELECT (SELECT ns FROM now),
+		  EXISTS (SELECT 1 FROM fenceq_jobs WHERE state = 'available' AND queue = ANY($2) AND queue NOT IN (SELECT queue FROM fenceq_paused))
+		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'scheduled' AND run_at <= now.ns)
+		  OR EXISTS (SELECT 1 FROM fenceq_jobs, now WHERE state = 'claimed' AND queue = ANY($2) AND lease_expires_at <= now.ns
+		             AND queue NOT IN (SELECT queue FROM fenceq_paused)),
+		  (SELECT min(t) FROM unnest($2::text[]) AS q(name), LATERAL (
+		     (SELECT run_at AS t FROM fenceq_jobs WHERE state = 'scheduled' AND queue = q.name ORDER BY run_at LIMIT 1)
+		     UNION ALL
+		     (SELECT lease_expires_at FROM fenceq_jobs WHERE state = 'claimed' AND queue = q.name ORDER BY lease_expires_at LIMIT 1)) AS heads
+		   WHERE q.name NOT IN (SELECT queue FROM fenceq_paused))`,
+		s.clockArg(), queues).Scan(&now, &found, &nextp)
+	if err != nil {
+		return false, 0, 0, s.readError(err)
+	}
+	if nextp == nil {
+		return found, 0, now, nil
+	}
+	return found, max(*nextp, now+1), now, nil
+}
+
+// claimIn promotes due scheduled jobs and claims up to req.Max jobs in w's
+// transaction, choosing as the bbolt engine does: at each step, of every
+// queue's best available job and its claim whose lease expired first, the
+// one db.ClaimsBefore puts first; an expired claim with no attempts left
+// at the head goes dead on the way (db.KillExpired).
+func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
+	if w.promoted == nil || !*w.promoted {
+		if err := promoteDue(w, 1000); err != nil {
+			return nil, err
+		}
+		if w.promoted != nil {
+			*w.promoted = true
+		}
+	}
+	queues, err := unpaused(w, req.Queues)
+	if err != nil || len(queues) == 0 {
+		return nil, err
+	}
+	req.Queues = queues
+	var jobs []db.Job
+	for len(jobs) < req.Max {
+		want := req.Max - len(jobs)
+		ready, expired, err := candidates(w, req, want)
+		if err != nil {
+			return nil, err
+		}
+		fetched := 0
+		full := map[string]bool{} // the queue's expired list may go on past what was fetched
+		for _, q := range req.Queues {
+			fetched += len(ready[q]) + len(expired[q])
+			full[q] = len(expired[q]) == want
+		}
+		if fetched == 0 {
+			break
+		}
+		refetch := false
+	pick:
+		for len(jobs) < req.Max {
+			var best *db.JobRecord
+			for _, q := range req.Queues {
+				for len(expired[q]) > 0 && !db.ExpiredReclaimable(expired[q][0]) {
+					old := expired[q][0]
+					expired[q] = expired[q][1:]
+					next, ev := db.KillExpired(old, w.now)
+					w.audit(ev)
+					if err := putJob(w, old, &next); err != nil {
+						return nil, err
+					}
+					if len(expired[q]) == 0 && full[q] {
+						// Killed every expired claim fetched: more may follow.
+						refetch = true
+						break pick
+					}
+				}
+				if r := ready[q]; len(r) > 0 && (best == nil || db.ClaimsBefore(r[0], best)) {
+					best = r[0]
+				}
+				if e := expired[q]; len(e) > 0 && (best == nil || db.ClaimsBefore(e[0], best)) {
+					best = e[0]
+				}
+			}
+			if best == nil {
+				break
+			}
+			advance(ready, expired, req.Queues, best)
+			next, ev, err := db.Claim(best, req, w.now)
+			if err != nil {
+				return nil, err
+			}
+			w.audit(ev)
+			if err := putJob(w, best, &next); err != nil {
+				return nil, err
+			}
+			jobs = append(jobs, next.Job())
+		}
+		if !refetch && fetched < want {
+			break // every eligible row was fetched: nothing is left
+		}
+	}
+	return jobs, nil
+}
+
+// advance drops rec from the head of the list it came from.
+func advance(ready, expired map[string][]*db.JobRecord, queues []string, rec *db.JobRecord) {
+	for _, lists := range []map[string][]*db.JobRecord{ready, expired} {
+		if l := lists[rec.Queue]; len(l) > 0 && l[0] == rec {
+			lists[rec.Queue] = l[1:]
+			return
+		}
+	}
+}
+
+// promoteDue makes up to limit scheduled jobs whose run_at has come
+// available, oldest first.
+func promoteDue(w *writer, limit int) error {
+	rows, err := w.tx.Query(w.ctx, `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
+		SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+		RETURNING queue`, w.now.UnixNano(), limit)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var q string
+		if err := rows.Scan(&q); err != nil {
+			return err
+		}
+		w.count(q, db.StateScheduled, -1)
+		w.count(q, db.StateAvailable, 1)
+	}
+	return rows.Err()
+}
+
+// candidates locks, per queue of req, up to n of its available jobs in
+// claim order and up to n of its claims whose lease expired, the earliest
+// expiry first. Rows locked by another transaction are skipped. Rows
+// fetched but not claimed stay locked until the commit; others skip them
+// meanwhile.
+func candidates(w *writer, req db.ClaimRequest, n int) (ready, expired map[string][]*db.JobRecord, err error) {
+	recs, err := queryJobs(w.ctx, w.tx, `WITH ready AS (
+		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
+		    WHERE state = 'available' AND queue = q.name ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j),
+		expired AS (
+		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
+		    WHERE state = 'claimed' AND queue = q.name AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j)
+		SELECT * FROM ready UNION ALL SELECT * FROM expired`,
+		req.Queues, n, w.now.UnixNano())
+	if err != nil {
+		return nil, nil, err
+	}
+	ready, expired = map[string][]*db.JobRecord{}, map[string][]*db.JobRecord{}
+	for _, r := range recs {
+		if r.State == db.StateAvailable {
+			ready[r.Queue] = append(ready[r.Queue], r)
+		} else {
+			expired[r.Queue] = append(expired[r.Queue], r)
+		}
+	}
+	for _, l := range ready {
+		slices.SortFunc(l, func(a, b *db.JobRecord) int {
+			if db.ClaimsBefore(a, b) {
+				return -1
+			}
+			return 1
+		})
+	}
+	for _, l := range expired {
+		slices.SortFunc(l, func(a, b *db.JobRecord) int {
+			return cmp.Or(cmp.Compare(a.LeaseExpiresAt, b.LeaseExpiresAt), cmp.Compare(a.ID, b.ID))
+		})
+	}
+	return ready, expired, nil
+}
+
+// claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
+// time) when nothing is claimable: woken by NOTIFY from any replica when a
+// job of its queues became available (or will, at a time it did not know),
+// and by a timer at the earliest run_at or lease expiry of its queues. It
+// registers before each attempt, so that a job committed between the
+// attempt and the wait still wakes it.
+func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	deadline := time.NewTimer(req.Wait)
+	defer deadline.Stop()
+	for {
+		w := s.waiters.register(req)
+		jobs, next, err := s.claimNow(ctx, req)
+		if err != nil || len(jobs) > 0 {
+			if job := s.waiters.release(w); job != nil {
+				jobs = append(jobs, *job) // handed off while this claim ran
+			}
+			return jobs, err
+		}
+		s.waiters.sleep(w, next.at)
+		var timer <-chan time.Time
+		var t *time.Timer
+		if next.at != 0 {
+			t = time.NewTimer(max(time.Duration(next.at-next.now), minTimerWait))
+			timer = t.C
+		}
+		var stop error
+		done := false
+		select {
+		case <-w.ch:
+			if taken, _, _ := s.waiters.outcome(w); !taken {
+				break // a notification: look again
+			}
+			job := s.waiters.release(w)
+			if job != nil {
+				jobs, done = []db.Job{*job}, true
+			}
+		case <-timer:
+		case <-deadline.C:
+			done = true
+		case <-ctx.Done():
+			stop, done = ctx.Err(), true
+		case <-s.closing:
+			stop, done = db.ErrClosed, true
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if job := s.waiters.release(w); job != nil && len(jobs) == 0 {
+			return []db.Job{*job}, nil
+		}
+		if done {
+			return jobs, stop
+		}
+	}
+}
+
+// minTimerWait bounds how often a waiter looks again when a due time has
+// passed but its claim found nothing (a test clock that does not move, or
+// a job another replica took).
+const minTimerWait = 5 * time.Millisecond

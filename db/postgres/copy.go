@@ -1,0 +1,170 @@
+package postgres
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/jackc/pgx/v5"
+)
+
+// Source is a store whose whole state a copy reads: the bbolt engine.
+type Source interface {
+	ExportJobs(ctx context.Context, after uint64, limit int) ([]db.JobRecord, error)
+	JobSequence() (uint64, error)
+	ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.LeasePage, error)
+	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
+	AuditHead(ctx context.Context) (db.AuditHead, error)
+}
+
+// CopyReport is what Copy moved.
+type CopyReport struct {
+	Jobs, Leases, AuditLinks uint64
+	Audit                    db.AuditReport // the chain verified on the target
+}
+
+// Copy moves src's jobs, named leases and audit chain into the empty
+// fenceq database at url, in one transaction: the links are stored as the
+// same canonical bytes, so the chain verifies on the target as it did on
+// the source. It refuses a target that holds any job, lease or link.
+// Servers must be stopped: src is read as it is, and nothing may write the
+// target meanwhile.
+func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
+	var rep CopyReport
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		return rep, err
+	}
+	defer s.Close()
+	srcHead, err := src.AuditHead(ctx)
+	if err != nil {
+		return rep, err
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var empty bool
+		if err := tx.QueryRow(ctx, `SELECT seq = 0 AND NOT EXISTS (SELECT 1 FROM fenceq_jobs) AND NOT EXISTS (SELECT 1 FROM fenceq_leases)
+			FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`).Scan(&empty); err != nil {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("db: postgres: copy: the target database already holds fenceq jobs, leases or audit records; copy into an empty one")
+		}
+		w := &writer{ctx: ctx, tx: tx, s: s}
+		for after := uint64(0); ; {
+			recs, err := src.ExportJobs(ctx, after, 1000)
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				break
+			}
+			for i := range recs {
+				if _, ok, err := insertJob(w, &recs[i]); err != nil || !ok {
+					return fmt.Errorf("db: postgres: copy job %d: %v (inserted %v)", recs[i].ID, err, ok)
+				}
+				w.count(recs[i].Queue, recs[i].State, 1)
+				rep.Jobs++
+			}
+			after = recs[len(recs)-1].ID
+		}
+		for after := ""; ; {
+			page, err := src.ListLeases(ctx, db.ListLeasesRequest{After: after, Limit: db.MaxListLimit})
+			if err != nil {
+				return err
+			}
+			for _, l := range page.Leases {
+				r := db.LeaseRecord{Holder: l.Holder, Token: l.FencingToken, ExpiresAt: db.UnixNano(l.ExpiresAt),
+					AcquiredAt: db.UnixNano(l.AcquiredAt), UpdatedAt: db.UnixNano(l.UpdatedAt)}
+				if err := putLease(w, l.Name, &r); err != nil {
+					return err
+				}
+				rep.Leases++
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		counts := map[string]int64{}
+		var last db.AuditLink
+		for after := uint64(0); ; {
+			recs, err := src.ListAudit(ctx, after, db.MaxListLimit)
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				break
+			}
+			seqs, subjects, links := make([]int64, len(recs)), make([]string, len(recs)), make([][]byte, len(recs))
+			for i, r := range recs {
+				l, err := linkOf(r)
+				if err != nil {
+					return err
+				}
+				v, err := l.Seal()
+				if err != nil {
+					return err
+				}
+				if hex.EncodeToString(l.Hash) != r.Hash {
+					return fmt.Errorf("db: postgres: copy: audit record %d does not hash to its stored hash on the source; run fenceq audit verify there", r.Seq)
+				}
+				seqs[i], subjects[i], links[i] = int64(l.Seq), l.Subject, v
+				for _, k := range db.AuditCountKeys(&l) {
+					counts[k]++
+				}
+				last = l
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`,
+				seqs, subjects, links); err != nil {
+				return err
+			}
+			rep.AuditLinks += uint64(len(recs))
+			after = recs[len(recs)-1].Seq
+		}
+		for k, n := range counts {
+			if _, err := tx.Exec(ctx, `INSERT INTO fenceq_audit_counts (key, n) VALUES ($1, $2)`, k, n); err != nil {
+				return err
+			}
+		}
+		seq, err := src.JobSequence()
+		if err != nil {
+			return err
+		}
+		var hash []byte
+		if last.Seq > 0 {
+			hash = last.Hash
+		}
+		cp := srcHead.Checkpoint
+		cpHash, _ := hex.DecodeString(cp.Hash)
+		if last.Seq == 0 && cp.Seq > 0 { // every stored link was archived and removed
+			last.Seq, hash = cp.Seq, cpHash
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET seq = $1, hash = $2, next_job_id = $3,
+			cp_seq = $4, cp_hash = $5, cp_time = $6, cp_archived_at = $7 WHERE id = 1`,
+			int64(last.Seq), hash, int64(seq)+1, int64(cp.Seq), nullBytes(cpHash), db.UnixNano(cp.Time), db.UnixNano(cp.ArchivedAt)); err != nil {
+			return err
+		}
+		return s.finishBatch(w, auditHead{})
+	})
+	if err != nil {
+		return rep, err
+	}
+	if rep.Audit, err = s.VerifyAudit(ctx); err != nil {
+		return rep, err
+	}
+	if !rep.Audit.OK || rep.Audit.HeadHash != srcHead.Hash || rep.Audit.HeadSeq != srcHead.Seq {
+		return rep, fmt.Errorf("db: postgres: copy: the chain on the target does not verify as the source's (%+v, source head %d %s)", rep.Audit, srcHead.Seq, srcHead.Hash)
+	}
+	return rep, nil
+}
+
+// linkOf is the link a record shows, as the engines store it.
+func linkOf(r db.AuditRecord) (db.AuditLink, error) {
+	prev, err := hex.DecodeString(r.PrevHash)
+	if err != nil {
+		return db.AuditLink{}, fmt.Errorf("db: postgres: copy: audit record %d: prev_hash: %v", r.Seq, err)
+	}
+	return db.AuditLink{Seq: r.Seq, Time: db.UnixNano(r.Time), Principal: r.Principal, Action: r.Action,
+		Subject: r.Subject, Token: r.Token, Details: r.Details, PrevHash: prev}, nil
+}

@@ -1,0 +1,34 @@
+package postgres
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The engine's own figures for /metrics: a Store is a prometheus.Collector,
+// which the API server registers when its store is one. They are this
+// replica's; each replica reports its own.
+
+var (
+	descCommits = prometheus.NewDesc("fenceq_commits_total",
+		"Transactions committed by this replica since it started (group commit: several mutations each).", nil, nil)
+	descCommittedOps = prometheus.NewDesc("fenceq_committed_mutations_total",
+		"Mutations carried by those transactions, refused ones included.", nil, nil)
+	descPoolConns = prometheus.NewDesc("fenceq_postgres_pool_connections",
+		"Connections of this replica's pool to PostgreSQL, by state.", []string{"state"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (s *Store) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descCommits
+	ch <- descCommittedOps
+	ch <- descPoolConns
+}
+
+// Collect implements prometheus.Collector: commit counts and the pool's
+// connections, read without a query.
+func (s *Store) Collect(ch chan<- prometheus.Metric) {
+	commits, ops := s.CommitStats()
+	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(commits))
+	ch <- prometheus.MustNewConstMetric(descCommittedOps, prometheus.CounterValue, float64(ops))
+	st := s.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(st.IdleConns()), "idle")
+	ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(st.AcquiredConns()), "in_use")
+}

@@ -1,0 +1,714 @@
+// Package postgres is fenceq's PostgreSQL engine: several fenceq processes
+// (replicas) over one database, with the rules of package db. Each
+// operation is one PostgreSQL transaction; concurrent mutations of one
+// replica share a transaction (group commit), each in its own savepoint so
+// that one request's SQL error never fails the others. Every mutation
+// appends to the one audit chain, whose head row a batch locks first: the
+// mutations of all replicas are thereby applied one batch at a time, in
+// the order of the chain. Time is the database's clock (clock_timestamp()
+// once the head is locked), so replicas whose own clocks drift agree on
+// when a lease ends. Long-polls across replicas are woken by LISTEN/NOTIFY.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var _ db.Store = (*Store)(nil)
+var _ db.Backuper = (*Store)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure a Store. The zero value is usable.
+type Options struct {
+	// Rules are the queue rules' clock and limits, the same for every
+	// engine. The clock is the database's (clock_timestamp()); Rules.Now,
+	// when set, is a test's clock, used in its place so that a test moves
+	// time for every replica of one database at once.
+	db.Rules
+	// MaxBatch bounds how many mutations share one transaction. Default
+	// 60: each has a savepoint, and PostgreSQL keeps the subtransactions
+	// of a transaction cheaply only up to 64.
+	MaxBatch int
+	// MaxConns is the connection pool's size. Default 16.
+	MaxConns int32
+	// ConnectTimeout bounds the first connection at Open. Default 10s.
+	ConnectTimeout time.Duration
+	// LocalClockSkew is for tests only: it moves this replica's host clock
+	// (Rules.Now's default, the clock the bbolt engine judges leases by)
+	// by the given amount, to show that this engine never judges a lease
+	// by it.
+	LocalClockSkew time.Duration
+}
+
+func (o *Options) setDefaults() {
+	o.Rules.SetDefaults()
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 60
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 16
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+}
+
+// Store is a job queue in a PostgreSQL database, shared with other
+// replicas. Its methods are safe for concurrent use.
+type Store struct {
+	pool      *pgxpool.Pool
+	opts      Options
+	testClock bool   // opts.Now was given: the rules read it instead of the database
+	shard     int16  // this replica's row in the sharded counters
+	channel   string // the NOTIFY channel of the replicas of this schema
+
+	writes    chan *writeOp
+	closing   chan struct{}
+	committed chan struct{}
+	listened  chan struct{}
+	listening chan struct{} // closed once the listener has first listened
+	closeOnce sync.Once
+	closed    atomic.Bool
+
+	commits      atomic.Uint64
+	committedOps atomic.Uint64
+
+	waiters     waiters
+	nameWaiters nameWaiters
+}
+
+// IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
+// postgresql:// URL) rather than a file.
+func IsURL(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open connects to the database at url, applies the schema migrations it
+// lacks (in one transaction, under an advisory lock, so that replicas
+// starting together do not race) and starts the store. It refuses a
+// malformed URL, a server it cannot reach or log in to, and a schema newer
+// than this build knows, each with a message that says which.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	testClock := opts.Now != nil
+	if !testClock && opts.LocalClockSkew != 0 {
+		skew := opts.LocalClockSkew
+		opts.Now = func() time.Time { return time.Now().Add(skew) }
+	}
+	opts.setDefaults()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("db: postgres: the database URL is malformed: %v", redact(err))
+	}
+	cfg.MaxConns = opts.MaxConns
+	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("db: postgres: %v", redact(err))
+	}
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	if err := pool.Ping(cctx); err != nil {
+		pool.Close()
+		return nil, connectError(cfg.ConnConfig, err)
+	}
+	if err := migrate(cctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// Replicas share a channel per schema: several fenceq databases may
+	// live in schemas of one PostgreSQL database (search_path).
+	var schema string
+	if err := pool.QueryRow(cctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, connectError(cfg.ConnConfig, err)
+	}
+	channel := "fenceq"
+	if schema != "public" {
+		channel += "." + schema
+	}
+	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
+		listened: make(chan struct{}), listening: make(chan struct{})}
+	s.waiters.byQueue = map[string][]*waiter{}
+	s.nameWaiters.m = map[string]*leaseWait{}
+	go s.commitLoop()
+	go s.listen(cfg.ConnConfig)
+	// Serve only once other replicas' notifications reach this one.
+	select {
+	case <-s.listening:
+	case <-cctx.Done():
+		s.Close()
+		return nil, fmt.Errorf("db: postgres: LISTEN did not start within %v", opts.ConnectTimeout)
+	}
+	return s, nil
+}
+
+// countShards is how many rows each (queue, state) counter is spread over.
+const countShards = 16
+
+// connectError says why the first connection failed: the server refused
+// or could not be reached, or it turned the login down.
+func connectError(cfg *pgx.ConnConfig, err error) error {
+	where := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "28P01", "28000":
+			return fmt.Errorf("db: postgres: %s refused the login of user %q: %s", where, cfg.User, pe.Message)
+		case "3D000":
+			return fmt.Errorf("db: postgres: %s: %s; create it first (createdb)", where, pe.Message)
+		}
+		return fmt.Errorf("db: postgres: %s: %s (SQLSTATE %s)", where, pe.Message, pe.Code)
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return fmt.Errorf("db: postgres: cannot connect to %s: %v (is PostgreSQL running and listening there?)", where, op.Err)
+	}
+	return fmt.Errorf("db: postgres: cannot connect to %s: %v", where, redact(err))
+}
+
+// redact keeps a password that a driver error quotes out of messages.
+func redact(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "://"); i >= 0 {
+		if at := strings.Index(msg[i:], "@"); at > 0 {
+			if c := strings.Index(msg[i+3:i+at], ":"); c >= 0 {
+				msg = msg[:i+3+c+1] + "xxxxx" + msg[i+at:]
+			}
+		}
+	}
+	return msg
+}
+
+// SchemaVersion is the newest schema this build knows: the number of its
+// migrations.
+func SchemaVersion() int {
+	names, _ := migrationNames()
+	return len(names)
+}
+
+func migrationNames() ([]string, error) {
+	entries, err := migrations.ReadDir("migrations")
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// migrationLock is the advisory lock key under which migrations run.
+const migrationLock = 0x66656e6365710001 // "fenceq" 0001
+
+// migrate applies the migrations the database lacks, all in one
+// transaction under an advisory lock: a replica that starts while another
+// migrates waits, then finds the schema current.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	names, err := migrationNames()
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+			return fmt.Errorf("db: postgres: migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("db: postgres: schema table: %w", err)
+		}
+		var have int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fenceq_schema`).Scan(&have); err != nil {
+			return fmt.Errorf("db: postgres: schema version: %w", err)
+		}
+		if _, err := db.CheckSchema("the PostgreSQL database", uint64(have), uint64(len(names))); err != nil {
+			return err
+		}
+		for v := have + 1; v <= len(names); v++ {
+			sql, err := migrations.ReadFile("migrations/" + names[v-1])
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return fmt.Errorf("db: postgres: migration %s: %w", names[v-1], err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Close waits for the batch in progress, refuses new requests with
+// db.ErrClosed and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
+	<-s.committed
+	<-s.listened
+	s.pool.Close()
+	return nil
+}
+
+// CommitStats reports how many transactions the store committed and how
+// many mutations they carried.
+func (s *Store) CommitStats() (commits, ops uint64) {
+	return s.commits.Load(), s.committedOps.Load()
+}
+
+// Backup refuses: a PostgreSQL database is backed up with its own tools.
+func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	return 0, db.Errorf(db.CodeConflict, "this server keeps its queue in PostgreSQL, which /v1/backup cannot snapshot: back the database up with pg_dump (for example pg_dump --format=custom --file fenceq.dump DBNAME), or with the server's own backups")
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	select {
+	case <-s.closing:
+		return db.ErrClosed
+	default:
+	}
+	_, err := s.pool.Exec(ctx, `SELECT 1`)
+	return s.readError(err)
+}
+
+// clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
+// the test clock's reading in Unix nanoseconds.
+func (s *Store) clockArg() any {
+	if !s.testClock {
+		return nil
+	}
+	return s.opts.Now().UnixNano()
+}
+
+// nowSQL is the rules' clock in Unix nanoseconds: the database's clock
+// (clock_timestamp(), the same for every replica), or a test's clock given
+// as parameter $1.
+const nowSQL = `coalesce($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000)`
+
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readError maps an error of a read to what callers see: a database that
+// cannot be reached is CodeUnavailable.
+func (s *Store) readError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if db.IsRefusal(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	select {
+	case <-s.closing:
+		return db.ErrClosed
+	default:
+	}
+	if isConnError(err) {
+		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; retry when it is back", redact(err))
+	}
+	return err
+}
+
+// isConnError reports whether err means the database could not be reached
+// or went away (as opposed to a statement it refused).
+func isConnError(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P") || pe.Code == "53300"
+	}
+	return !db.IsRefusal(err) && !errors.Is(err, db.ErrCorrupt)
+}
+
+// retryable reports whether a statement failed for a reason that another
+// attempt in a new transaction may not meet: a deadlock or a serialization
+// failure.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// writeOp is one mutation waiting for a shared transaction. fn must set its
+// results (never append to outer state): a batch that is retried runs it
+// again.
+type writeOp struct {
+	fn    func(w *writer) error
+	err   error
+	tries int
+	done  chan struct{}
+}
+
+// update runs fn inside a transaction shared with other concurrent
+// mutations of this replica and returns after that transaction committed
+// (or failed).
+func (s *Store) update(ctx context.Context, fn func(w *writer) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	op := &writeOp{fn: fn, done: make(chan struct{})}
+	select {
+	case s.writes <- op:
+	case <-s.closing:
+		return db.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-op.done // once taken, committed or failed: never reported as not done when it was
+	return op.err
+}
+
+// commitLoop runs one batch at a time: every mutation waiting when the
+// previous batch ended, up to MaxBatch.
+func (s *Store) commitLoop() {
+	defer close(s.committed)
+	var retry []*writeOp
+	for {
+		batch := retry
+		retry = nil
+		if len(batch) == 0 {
+			select {
+			case op := <-s.writes:
+				batch = append(batch, op)
+			case <-s.closing:
+				return
+			}
+		}
+	gather:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case op := <-s.writes:
+				batch = append(batch, op)
+			default:
+				break gather
+			}
+		}
+		retry = s.commitBatch(batch)
+	}
+}
+
+// writer is what a mutation writes through: its savepoint, the batch's
+// time, and what it leaves for the end of the batch (audit events, count
+// changes, notifications), kept apart per mutation so that one rolled back
+// leaves nothing.
+type writer struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	now    time.Time
+	s      *Store
+	nextID *int64 // the batch's next job id
+	// promoted: a claim of the batch has promoted the due scheduled jobs;
+	// the batch's other claims need not look again.
+	promoted *bool
+	events   []db.AuditEvent
+	counts   map[countKey]int64
+	notify   []string
+	after    []func() // after the commit
+	onAbort  []func() // when this mutation or its batch is rolled back
+}
+
+// newID gives the next job id.
+func (w *writer) newID() uint64 {
+	id := *w.nextID
+	*w.nextID++
+	return uint64(id)
+}
+
+type countKey struct {
+	queue string
+	state db.State
+}
+
+func (w *writer) count(queue string, state db.State, delta int64) {
+	if w.counts == nil {
+		w.counts = map[countKey]int64{}
+	}
+	w.counts[countKey{queue, state}] += delta
+}
+
+func (w *writer) audit(e db.AuditEvent) { w.events = append(w.events, e) }
+
+// commitBatch runs batch in one transaction and answers each mutation once
+// it committed. It returns the mutations to run again in a new transaction
+// (a deadlock or serialization failure of theirs).
+func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
+	ctx := context.Background()
+	finish := func(err error) {
+		for _, op := range batch {
+			if err != nil {
+				op.err = err
+			}
+			close(op.done)
+		}
+	}
+	var (
+		tx   pgx.Tx
+		head auditHead
+		now  time.Time
+		err  error
+	)
+	// A connection the pool still holds may have died with a restart of
+	// the server: nothing was sent yet, so one more attempt is safe.
+	for attempt := 0; attempt < 2; attempt++ {
+		tx, head, now, err = s.beginBatch(ctx)
+		if err == nil || !isConnError(err) {
+			break
+		}
+	}
+	if err != nil {
+		finish(s.writeError(err))
+		return nil
+	}
+	var all writer
+	all.ctx, all.tx, all.now = ctx, tx, now
+	nextID := head.nextID
+	promoted := false
+	abort := func() {
+		for _, f := range all.onAbort {
+			f()
+		}
+	}
+	ran := batch[:0:0]
+	for _, op := range batch {
+		w := &writer{ctx: ctx, tx: tx, now: now, s: s, nextID: &nextID, promoted: &promoted}
+		idBefore, promotedBefore := nextID, promoted
+		// A savepoint per mutation, never released: releasing costs a
+		// round trip and frees nothing the commit does not.
+		sp := len(batch) > 1
+		if sp {
+			if _, err = tx.Exec(ctx, `SAVEPOINT fenceq_op`); err != nil {
+				_ = tx.Rollback(ctx)
+				abort()
+				finish(s.writeError(err))
+				return nil
+			}
+		}
+		err := runOp(op.fn, w)
+		if err != nil {
+			nextID, promoted = idBefore, promotedBefore
+			for _, f := range w.onAbort {
+				f()
+			}
+		}
+		if err != nil && !db.IsRefusal(err) && !sp {
+			// The only mutation: its failure is the transaction's.
+			_ = tx.Rollback(ctx)
+			if retryable(err) && op.tries < 3 {
+				op.tries++
+				return []*writeOp{op}
+			}
+			finish(s.writeError(err))
+			return nil
+		}
+		if err != nil {
+			if sp {
+				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceq_op`); rerr != nil {
+					_ = tx.Rollback(ctx)
+					abort()
+					finish(s.writeError(rerr))
+					return nil
+				}
+			}
+			if retryable(err) && op.tries < 3 {
+				op.tries++
+				retry = append(retry, op)
+				continue
+			}
+			op.err = s.writeError(err)
+			ran = append(ran, op)
+			continue
+		}
+		op.err = nil
+		all.events = append(all.events, w.events...)
+		for k, d := range w.counts {
+			all.count(k.queue, k.state, d)
+		}
+		all.notify = append(all.notify, w.notify...)
+		all.after = append(all.after, w.after...)
+		all.onAbort = append(all.onAbort, w.onAbort...)
+		ran = append(ran, op)
+	}
+	if nextID != head.nextID {
+		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET next_job_id = $1 WHERE id = 1`, nextID); err != nil {
+			_ = tx.Rollback(ctx)
+			abort()
+			finish(s.writeError(err))
+			return nil
+		}
+	}
+	if err := s.finishBatch(&all, head); err != nil {
+		_ = tx.Rollback(ctx)
+		abort()
+		if retryable(err) {
+			return batch
+		}
+		finish(s.writeError(err))
+		return nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		abort()
+		for _, op := range append(ran, retry...) {
+			op.err = commitError(s, err)
+			close(op.done)
+		}
+		return nil
+	}
+	s.commits.Add(1)
+	s.committedOps.Add(uint64(len(ran)))
+	for _, op := range ran {
+		close(op.done)
+	}
+	for _, f := range all.after {
+		f()
+	}
+	return retry
+}
+
+// commitError is the answer when COMMIT itself failed: if the connection
+// went, the outcome is unknown.
+func commitError(s *Store, err error) error {
+	if isConnError(err) {
+		return db.Errorf(db.CodeUnavailable, "postgresql went away during the commit (%v): the request may or may not have been applied; retry it (with an idempotency key for enqueues)", redact(err))
+	}
+	return fmt.Errorf("db: postgres: commit: %w", err)
+}
+
+// writeError maps an error of a mutation to what its caller sees.
+func (s *Store) writeError(err error) error {
+	if err == nil || db.IsRefusal(err) {
+		return err
+	}
+	select {
+	case <-s.closing:
+		return db.ErrClosed
+	default:
+	}
+	if isConnError(err) {
+		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; the request was not applied, retry when it is back", redact(err))
+	}
+	return fmt.Errorf("db: postgres: %w", err)
+}
+
+// runOp turns a panic in a mutation into its error.
+func runOp(fn func(w *writer) error, w *writer) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("db: internal error: %v", r)
+		}
+	}()
+	return fn(w)
+}
+
+type auditHead struct {
+	seq    uint64
+	hash   []byte
+	nextID int64
+}
+
+// beginBatch starts a batch's transaction: it locks the audit head, which
+// orders this batch among every replica's, and reads the database's clock
+// once the lock is held, so that the times of the chain only grow.
+func (s *Store) beginBatch(ctx context.Context) (pgx.Tx, auditHead, time.Time, error) {
+	var head auditHead
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, head, time.Time{}, err
+	}
+	var seq, ns int64
+	err = tx.QueryRow(ctx, `SELECT seq, hash, next_job_id, `+nowSQL+` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`, s.clockArg()).
+		Scan(&seq, &head.hash, &head.nextID, &ns)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, head, time.Time{}, err
+	}
+	head.seq = uint64(seq)
+	return tx, head, time.Unix(0, ns).UTC(), nil
+}
+
+// finishBatch appends the batch's audit links after head, moves the
+// counters and queues the notifications, in one round trip.
+func (s *Store) finishBatch(w *writer, head auditHead) error {
+	b := &pgx.Batch{}
+	if len(w.events) > 0 {
+		seqs := make([]int64, 0, len(w.events))
+		subjects := make([]string, 0, len(w.events))
+		links := make([][]byte, 0, len(w.events))
+		counts := map[string]int64{}
+		seq, prev := head.seq, head.hash
+		for _, e := range w.events {
+			l := db.NextAuditLink(seq, prev, w.now, e)
+			v, err := l.Seal()
+			if err != nil {
+				return err
+			}
+			seqs, subjects, links = append(seqs, int64(l.Seq)), append(subjects, l.Subject), append(links, v)
+			for _, k := range db.AuditCountKeys(&l) {
+				counts[k]++
+			}
+			seq, prev = l.Seq, l.Hash
+		}
+		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
+		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(seq), prev)
+		keys := slices.Sorted(maps.Keys(counts))
+		ns := make([]int64, len(keys))
+		for i, k := range keys {
+			ns[i] = counts[k]
+		}
+		b.Queue(`INSERT INTO fenceq_audit_counts (key, n) SELECT * FROM unnest($1::text[], $2::bigint[])
+			ON CONFLICT (key) DO UPDATE SET n = fenceq_audit_counts.n + excluded.n`, keys, ns)
+	}
+	if len(w.counts) > 0 {
+		keys := make([]countKey, 0, len(w.counts))
+		for k, d := range w.counts {
+			if d != 0 {
+				keys = append(keys, k)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].queue != keys[j].queue {
+				return keys[i].queue < keys[j].queue
+			}
+			return keys[i].state < keys[j].state
+		})
+		queues, states, ds := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			queues[i], states[i], ds[i] = k.queue, string(k.state), w.counts[k]
+		}
+		if len(keys) > 0 {
+			b.Queue(`INSERT INTO fenceq_job_counts (queue, state, shard, n) SELECT q, st, $4, d FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(q, st, d)
+				ON CONFLICT (queue, state, shard) DO UPDATE SET n = fenceq_job_counts.n + excluded.n`, queues, states, ds, s.shard)
+		}
+	}
+	if len(w.notify) > 0 {
+		slices.Sort(w.notify)
+		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, slices.Compact(w.notify), s.channel)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return w.tx.SendBatch(w.ctx, b).Close()
+}
