@@ -64,6 +64,9 @@ type Report struct {
 	// InSync is true when the cut landed inside a sync (CutAtSync), which
 	// then failed.
 	InSync bool
+	// SyncOf is the path (relative to the mount) of the file or directory
+	// whose sync the cut landed in.
+	SyncOf string
 	// Torn is true for a torn cut.
 	Torn bool
 	// PendingWrites is the number of unsynced writes (and truncates) at
@@ -318,7 +321,7 @@ func (l *FS) lock() bool {
 
 // syncLocked counts a sync and reports whether it may go ahead; false means
 // the cut landed in it (or came before it).
-func (l *FS) syncLocked() bool {
+func (l *FS) syncLocked(rel string) bool {
 	if l.cut {
 		return false
 	}
@@ -326,6 +329,7 @@ func (l *FS) syncLocked() bool {
 		l.armed--
 		if l.armed == 0 {
 			l.cutLocked(true, l.armTorn)
+			l.report.SyncOf = rel
 			return false
 		}
 	}
@@ -755,7 +759,7 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	n.lfs.mu.Lock()
 	defer n.lfs.mu.Unlock()
-	if !n.lfs.syncLocked() {
+	if !n.lfs.syncLocked(n.rel()) {
 		return syscall.EIO
 	}
 	f, _, err := n.fileLocked()

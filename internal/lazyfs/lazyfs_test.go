@@ -204,8 +204,8 @@ func TestLazyFS_ACutInsideTheNthSyncFailsItAndKeepsTheSyncsBefore(t *testing.T) 
 	default:
 		t.Fatal("Done() is not closed after the cut")
 	}
-	if rep := l.Report(); !rep.InSync || rep.Dropped != 1 {
-		t.Errorf("Report() = %+v, want in a sync, one write dropped", rep)
+	if rep := l.Report(); !rep.InSync || rep.SyncOf != "data" || rep.Dropped != 1 {
+		t.Errorf("Report() = %+v, want in a sync of data, one write dropped", rep)
 	}
 	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "one" {
 		t.Errorf("backing file = %q, want %q", got, "one")
