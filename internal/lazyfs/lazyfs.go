@@ -93,18 +93,19 @@ type FS struct {
 	mountpoint string
 	server     *fuse.Server
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	files   map[uint64]*file // by backing inode number
-	dirOps  []*dirOp         // not yet durable, oldest first
-	stashN  int
-	cut     bool
-	report  Report
-	cutDone chan struct{}
-	armed   int // the cut lands in the armed-th sync from now; 0: not armed
-	armTorn bool
-	stats   Stats
-	gone    bool // unmounted
+	mu       sync.Mutex
+	rng      *rand.Rand
+	files    map[uint64]*file // by backing inode number
+	dirOps   []*dirOp         // not yet durable, oldest first
+	stashN   int
+	cut      bool
+	report   Report
+	cutDone  chan struct{}
+	armed    int // the cut lands in the armed-th sync from now; 0: not armed
+	armTorn  bool
+	armMatch func(rel string) bool // nil: every sync counts
+	stats    Stats
+	gone     bool // unmounted
 }
 
 // Options are the mount's options beyond Mount's.
@@ -220,9 +221,15 @@ func (l *FS) Cut(torn bool) Report {
 // CutAtSync arms a cut inside the n-th sync (file or directory, n >= 1)
 // from now: that sync fails with EIO instead of completing.
 func (l *FS) CutAtSync(n int, torn bool) {
+	l.CutAtSyncOf(n, torn, nil)
+}
+
+// CutAtSyncOf is CutAtSync counting only the syncs of the paths (relative
+// to the mount) that match accepts; nil accepts every one.
+func (l *FS) CutAtSyncOf(n int, torn bool, match func(rel string) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.armed, l.armTorn = n, torn
+	l.armed, l.armTorn, l.armMatch = n, torn, match
 }
 
 // Done is closed when the power has been cut.
@@ -325,7 +332,7 @@ func (l *FS) syncLocked(rel string) bool {
 	if l.cut {
 		return false
 	}
-	if l.armed > 0 {
+	if l.armed > 0 && (l.armMatch == nil || l.armMatch(rel)) {
 		l.armed--
 		if l.armed == 0 {
 			l.cutLocked(true, l.armTorn)

@@ -212,6 +212,27 @@ func TestLazyFS_ACutInsideTheNthSyncFailsItAndKeepsTheSyncsBefore(t *testing.T) 
 	}
 }
 
+func TestLazyFS_ACutInsideTheNthSyncOfAMatchingFileSkipsTheOthers(t *testing.T) {
+	l, backing, mnt := mount(t, 3)
+	a, b := createDurable(t, mnt, "a"), createDurable(t, mnt, "b")
+	l.CutAtSyncOf(1, false, func(rel string) bool { return rel == "b" })
+	for i, f := range []*os.File{a, a, b} {
+		if _, err := f.WriteAt([]byte{'x'}, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		err := f.Sync()
+		if want := f == b; errors.Is(err, syscall.EIO) != want {
+			t.Fatalf("sync %d (%s): error = %v, want EIO %v", i+1, f.Name(), err, want)
+		}
+	}
+	if rep := l.Report(); rep.SyncOf != "b" || rep.Dropped != 1 {
+		t.Errorf("Report() = %+v, want the cut in the sync of b, its write dropped", rep)
+	}
+	if got := readBacking(t, filepath.Join(backing, "a")); string(got) != "xx" {
+		t.Errorf("backing a = %q, want both synced writes", got)
+	}
+}
+
 // TestLazyFS_AfterACutAMappedPageNotInTheCacheFaults: what a server with
 // its file mapped meets after a cut (bbolt reads through mmap): a read of
 // a page the kernel must fetch fails, which the kernel turns into SIGBUS.
