@@ -27,8 +27,9 @@
 // Metadata other than size is not modelled: the mode and owner are the
 // backing files' own (a file or directory made through the mount is
 // given to the caller, and chmod and chown pass through at once); times
-// and xattrs are not kept. Hard links, symlinks and special files are refused, and a rename never
-// replaces a directory nor puts one in the place of a file.
+// and xattrs are not kept. Hard links, symlinks and special files are
+// refused, and a rename never replaces a directory nor puts one in the
+// place of a file.
 //
 // lazyfs is for tests only.
 package lazyfs
