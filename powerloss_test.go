@@ -169,13 +169,21 @@ func checkPowerAcks(t *testing.T, path string, acks *powerAcks) *powerCheck {
 		pc.lostf("Check(): %v", err)
 		return pc
 	}
+	checkPowerStore(pc, s, acks)
+	return pc
+}
+
+// checkPowerStore is the part of checkPowerAcks for a store of any engine,
+// opened and checked: acknowledged jobs by payload, completions, leases.
+// acks.mu is held.
+func checkPowerStore(pc *powerCheck, s db.Store, acks *powerAcks) {
 	ctx := context.Background()
 	byPayload := map[string][]db.Job{}
 	for after := uint64(0); ; {
 		page, err := s.ListJobs(ctx, db.ListRequest{After: after, Limit: db.MaxListLimit})
 		if err != nil {
 			pc.lostf("ListJobs: %v", err)
-			return pc
+			return
 		}
 		for _, j := range page.Jobs {
 			pc.states[j.State]++
@@ -225,7 +233,6 @@ func checkPowerAcks(t *testing.T, path string, acks *powerAcks) *powerCheck {
 	}
 	pc.losses = append(pc.losses, acks.doubles...)
 	pc.losses = append(pc.losses, acks.leaseDup...)
-	return pc
 }
 
 // powerCycles is the number of cuts: 5 by default (CI's short form),
@@ -409,21 +416,26 @@ func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand, inSync bool) cycleR
 // runLoad starts the producers, workers (crash_test.go's) and lease
 // takers; stop ends them.
 func runLoad(c *crashClient, acks *powerAcks, run string) (stop func()) {
+	return runLoadOn([]*crashClient{c}, acks, run)
+}
+
+// runLoadOn is runLoad spread over the servers of clients, in turn.
+func runLoadOn(cs []*crashClient, acks *powerAcks, run string) (stop func()) {
 	ch := make(chan struct{})
 	var wg sync.WaitGroup
 	goLoad := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	st := &crashStats{}
 	for i := range 2 {
-		goLoad(func() { crashProducer(c, acks, st, "power", fmt.Sprintf("%s-p%d", run, i), ch) })
+		goLoad(func() { crashProducer(cs[i%len(cs)], acks, st, "power", fmt.Sprintf("%s-p%d", run, i), ch) })
 	}
 	// More workers than producers: crash_test.go's workers stall now and
 	// then past their lease, and the cuts should find completions too.
 	for i := range 8 {
-		goLoad(func() { crashWorker(c, acks, st, "power", fmt.Sprintf("w%d", i), ch) })
+		goLoad(func() { crashWorker(cs[i%len(cs)], acks, st, "power", fmt.Sprintf("w%d", i), ch) })
 	}
 	names := []string{"power/a", "power/b"}
 	for i := range 2 {
-		goLoad(func() { powerLeaser(c, acks, fmt.Sprintf("h%d", i), names, ch) })
+		goLoad(func() { powerLeaser(cs[i%len(cs)], acks, fmt.Sprintf("h%d", i), names, ch) })
 	}
 	var once sync.Once
 	return func() { once.Do(func() { close(ch); wg.Wait() }) }

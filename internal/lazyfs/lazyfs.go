@@ -24,9 +24,12 @@
 // those ask the kernel for passthrough when run as root, and a passthrough
 // write never reaches the daemon, so nothing could be kept back.
 //
-// Metadata other than size (mode, owner, times, xattrs) is not modelled;
-// hard links, symlinks and special files are refused, and a rename never
-// replaces a directory nor puts one in the place of a file.
+// Metadata other than size is not modelled: the mode and owner are the
+// backing files' own (a file or directory made through the mount is
+// given to the caller, and chmod and chown pass through at once); times
+// and xattrs are not kept. Hard links, symlinks and special files are
+// refused, and a rename never replaces a directory nor puts one in the
+// place of a file.
 //
 // lazyfs is for tests only.
 package lazyfs
@@ -62,6 +65,9 @@ type Report struct {
 	// InSync is true when the cut landed inside a sync (CutAtSync), which
 	// then failed.
 	InSync bool
+	// SyncOf is the path (relative to the mount) of the file or directory
+	// whose sync the cut landed in.
+	SyncOf string
 	// Torn is true for a torn cut.
 	Torn bool
 	// PendingWrites is the number of unsynced writes (and truncates) at
@@ -88,24 +94,38 @@ type FS struct {
 	mountpoint string
 	server     *fuse.Server
 
-	mu      sync.Mutex
-	rng     *rand.Rand
-	files   map[uint64]*file // by backing inode number
-	dirOps  []*dirOp         // not yet durable, oldest first
-	stashN  int
-	cut     bool
-	report  Report
-	cutDone chan struct{}
-	armed   int // the cut lands in the armed-th sync from now; 0: not armed
-	armTorn bool
-	stats   Stats
-	gone    bool // unmounted
+	mu       sync.Mutex
+	rng      *rand.Rand
+	files    map[uint64]*file // by backing inode number
+	dirOps   []*dirOp         // not yet durable, oldest first
+	stashN   int
+	cut      bool
+	report   Report
+	cutDone  chan struct{}
+	armed    int // the cut lands in the armed-th sync from now; 0: not armed
+	armTorn  bool
+	armMatch func(rel string) bool // nil: every sync counts
+	stats    Stats
+	gone     bool // unmounted
+}
+
+// Options are the mount's options beyond Mount's.
+type Options struct {
+	// AllowOther lets users other than the one who mounted use the mount
+	// (FUSE's allow_other): a daemon run as root serving a PostgreSQL
+	// data directory to the postgres user.
+	AllowOther bool
 }
 
 // Mount mounts a lazy view of backing at mountpoint (both existing
 // directories). seed drives torn cuts. Unmount must be called, also when
 // the test fails.
 func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
+	return MountWith(backing, mountpoint, seed, Options{})
+}
+
+// MountWith is Mount with options.
+func MountWith(backing, mountpoint string, seed uint64, o Options) (*FS, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoFUSE, err)
 	}
@@ -130,7 +150,7 @@ func Mount(backing, mountpoint string, seed uint64) (*FS, error) {
 		// No kernel caching of names or attributes: what the kernel
 		// believes is what this package says, at every call.
 		EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero,
-		MountOptions: fuse.MountOptions{FsName: "lazyfs", Name: "lazyfs"},
+		MountOptions: fuse.MountOptions{FsName: "lazyfs", Name: "lazyfs", AllowOther: o.AllowOther},
 	})
 	if err != nil {
 		os.RemoveAll(stash)
@@ -202,9 +222,15 @@ func (l *FS) Cut(torn bool) Report {
 // CutAtSync arms a cut inside the n-th sync (file or directory, n >= 1)
 // from now: that sync fails with EIO instead of completing.
 func (l *FS) CutAtSync(n int, torn bool) {
+	l.CutAtSyncOf(n, torn, nil)
+}
+
+// CutAtSyncOf is CutAtSync counting only the syncs of the paths (relative
+// to the mount) that match accepts; nil accepts every one.
+func (l *FS) CutAtSyncOf(n int, torn bool, match func(rel string) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.armed, l.armTorn = n, torn
+	l.armed, l.armTorn, l.armMatch = n, torn, match
 }
 
 // Done is closed when the power has been cut.
@@ -303,14 +329,15 @@ func (l *FS) lock() bool {
 
 // syncLocked counts a sync and reports whether it may go ahead; false means
 // the cut landed in it (or came before it).
-func (l *FS) syncLocked() bool {
+func (l *FS) syncLocked(rel string) bool {
 	if l.cut {
 		return false
 	}
-	if l.armed > 0 {
+	if l.armed > 0 && (l.armMatch == nil || l.armMatch(rel)) {
 		l.armed--
 		if l.armed == 0 {
 			l.cutLocked(true, l.armTorn)
+			l.report.SyncOf = rel
 			return false
 		}
 	}
@@ -510,6 +537,17 @@ func (n *node) path() string { return filepath.Join(n.lfs.backing, n.rel()) }
 
 func (n *node) child(name string) string { return filepath.Join(n.rel(), name) }
 
+// giveToCaller makes the caller the owner of the backing path p it just
+// created through the mount: the daemon creates it as its own user (root),
+// and a program such as PostgreSQL checks that its files are its own.
+func giveToCaller(ctx context.Context, p string) error {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || (int(c.Uid) == os.Geteuid() && int(c.Gid) == os.Getegid()) {
+		return nil
+	}
+	return os.Lchown(p, int(c.Uid), int(c.Gid))
+}
+
 // newChild makes the inode of the backing path rel, which st describes.
 func (n *node) newChild(ctx context.Context, rel string, st *syscall.Stat_t, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	mode := st.Mode & syscall.S_IFMT
@@ -611,6 +649,20 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		}
 		st.Mode = st.Mode&syscall.S_IFMT | mode&0o7777
 	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		u, g := -1, -1
+		if uok {
+			u, st.Uid = int(uid), uid
+		}
+		if gok {
+			g, st.Gid = int(gid), gid
+		}
+		if err := os.Lchown(n.path(), u, g); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
 	return fs.ToErrno(attrOf(f, st, &out.Attr))
 }
 
@@ -646,6 +698,10 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	switch {
 	case created:
 		syscall.Close(fd)
+		if err := giveToCaller(ctx, p); err != nil {
+			os.Remove(p)
+			return nil, nil, 0, fs.ToErrno(err)
+		}
 		n.lfs.dirOps = append(n.lfs.dirOps, &dirOp{kind: "create", dir: n.rel(), name: rel})
 	case errors.Is(err, syscall.EEXIST) && flags&syscall.O_EXCL == 0:
 		// Created meanwhile (the kernel asked on a stale negative
@@ -711,7 +767,7 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	n.lfs.mu.Lock()
 	defer n.lfs.mu.Unlock()
-	if !n.lfs.syncLocked() {
+	if !n.lfs.syncLocked(n.rel()) {
 		return syscall.EIO
 	}
 	f, _, err := n.fileLocked()
@@ -761,6 +817,10 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	rel := n.child(name)
 	p := filepath.Join(n.lfs.backing, rel)
 	if err := os.Mkdir(p, os.FileMode(mode&0o777)); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	if err := giveToCaller(ctx, p); err != nil {
+		os.Remove(p)
 		return nil, fs.ToErrno(err)
 	}
 	n.lfs.dirOps = append(n.lfs.dirOps, &dirOp{kind: "mkdir", dir: n.rel(), name: rel})

@@ -204,11 +204,32 @@ func TestLazyFS_ACutInsideTheNthSyncFailsItAndKeepsTheSyncsBefore(t *testing.T) 
 	default:
 		t.Fatal("Done() is not closed after the cut")
 	}
-	if rep := l.Report(); !rep.InSync || rep.Dropped != 1 {
-		t.Errorf("Report() = %+v, want in a sync, one write dropped", rep)
+	if rep := l.Report(); !rep.InSync || rep.SyncOf != "data" || rep.Dropped != 1 {
+		t.Errorf("Report() = %+v, want in a sync of data, one write dropped", rep)
 	}
 	if got := readBacking(t, filepath.Join(backing, "data")); string(got) != "one" {
 		t.Errorf("backing file = %q, want %q", got, "one")
+	}
+}
+
+func TestLazyFS_ACutInsideTheNthSyncOfAMatchingFileSkipsTheOthers(t *testing.T) {
+	l, backing, mnt := mount(t, 3)
+	a, b := createDurable(t, mnt, "a"), createDurable(t, mnt, "b")
+	l.CutAtSyncOf(1, false, func(rel string) bool { return rel == "b" })
+	for i, f := range []*os.File{a, a, b} {
+		if _, err := f.WriteAt([]byte{'x'}, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		err := f.Sync()
+		if want := f == b; errors.Is(err, syscall.EIO) != want {
+			t.Fatalf("sync %d (%s): error = %v, want EIO %v", i+1, f.Name(), err, want)
+		}
+	}
+	if rep := l.Report(); rep.SyncOf != "b" || rep.Dropped != 1 {
+		t.Errorf("Report() = %+v, want the cut in the sync of b, its write dropped", rep)
+	}
+	if got := readBacking(t, filepath.Join(backing, "a")); string(got) != "xx" {
+		t.Errorf("backing a = %q, want both synced writes", got)
 	}
 }
 
@@ -394,6 +415,93 @@ func TestLoopbackTrap_StockLoopbackWritesReachTheBackingFileAtOnce(t *testing.T)
 }
 
 // TestMain runs the mapper (below) when the test binary is started as one.
+// TestLazyFS_AnotherUserCanUseAnAllowOtherMountAndOwnsWhatItCreates is
+// what PostgreSQL (run as its own user, on a mount served by root) needs:
+// with AllowOther it may use the mount, what it creates is its own in the
+// backing directory, chown and chmod pass through, and its files are
+// still kept back until synced.
+func TestLazyFS_AnotherUserCanUseAnAllowOtherMountAndOwnsWhatItCreates(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the mount is served as root to another user")
+	}
+	// Not t.TempDir(): its 0700 directories keep the other user out
+	// before it reaches the mount.
+	dir, err := os.MkdirTemp("", "lazyfs-other-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
+	for _, d := range []string{backing, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const uid, gid = 65534, 65534 // nobody, nogroup
+	if err := os.Chown(backing, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lazyfs.MountWith(backing, mnt, 1, lazyfs.Options{AllowOther: true})
+	if errors.Is(err, lazyfs.ErrNoFUSE) && os.Getenv("CI") != "true" {
+		t.Skipf("no FUSE here (%v); .ci/power.sh installs fuse3", err)
+	}
+	if err != nil {
+		t.Fatalf("MountWith() error = %v", err)
+	}
+	t.Cleanup(func() {
+		if err := l.Unmount(); err != nil {
+			t.Errorf("Unmount() error = %v", err)
+		}
+	})
+	asOther := func(script string) {
+		t.Helper()
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Dir = mnt
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: true}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as uid %d: %s: %v %s", uid, script, err, out)
+		}
+	}
+	asOther("umask 022 && mkdir -m 700 d && echo synced > d/a && sync d/a && echo unsynced > d/b && chmod 600 d/b")
+	owner := func(p string) (uint32, uint32, os.FileMode) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Uid, st.Gid, os.FileMode(st.Mode & 0o777)
+	}
+	for _, tc := range []struct {
+		name string
+		mode os.FileMode
+	}{{"d", 0o700}, {"d/a", 0o644}, {"d/b", 0o600}} {
+		for _, p := range []string{filepath.Join(backing, tc.name), filepath.Join(mnt, tc.name)} {
+			if u, g, m := owner(p); u != uid || g != gid || m != tc.mode {
+				t.Errorf("%s: owner %d:%d mode %v, want %d:%d %v", p, u, g, m, uid, gid, tc.mode)
+			}
+		}
+	}
+	// root (the daemon's user) gives a file away and back.
+	if err := os.Chown(filepath.Join(mnt, "d/a"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if u, g, _ := owner(filepath.Join(backing, "d/a")); u != 0 || g != 0 {
+		t.Errorf("after chown 0:0 through the mount the backing file is %d:%d", u, g)
+	}
+	syncDir(t, mnt)
+	syncDir(t, filepath.Join(mnt, "d"))
+	l.Cut(false)
+	if got := string(readBacking(t, filepath.Join(backing, "d/a"))); got != "synced\n" {
+		t.Errorf("d/a after the cut = %q, want the synced line", got)
+	}
+	if got := readBacking(t, filepath.Join(backing, "d/b")); len(got) != 0 {
+		t.Errorf("d/b after the cut = %q, want empty (never synced)", got)
+	}
+}
+
 func TestMain(m *testing.M) {
 	if path := os.Getenv("LAZYFS_TEST_MAPPER"); path != "" {
 		os.Exit(runMapper(path))
