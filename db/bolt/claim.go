@@ -214,7 +214,7 @@ func (s *Store) handOff(w *writer) error {
 		w.wakeAt = 0
 	}
 	for _, name := range w.released {
-		w.tx.OnCommit(func() { s.nameWaiters.wake(name) })
+		w.tx.OnCommit(func() { s.nameWaiters.Wake(name) })
 	}
 	w.released = w.released[:0]
 	for _, queue := range w.resumed {

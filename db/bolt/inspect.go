@@ -40,10 +40,5 @@ func (s *Store) WaitingClaims(queue string) int {
 
 // WaitingAcquires is the number of acquires waiting for the lease name.
 func (s *Store) WaitingAcquires(name string) int {
-	s.nameWaiters.mu.Lock()
-	defer s.nameWaiters.mu.Unlock()
-	if lw := s.nameWaiters.m[name]; lw != nil {
-		return lw.n
-	}
-	return 0
+	return s.nameWaiters.Count(name)
 }

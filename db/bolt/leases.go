@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -101,11 +100,11 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
-	nw := s.leaseWaiters()
+	nw := &s.nameWaiters
 	for {
 		// Subscribe before trying, so that a release committed after this
 		// attempt looked is not missed.
-		changed, unsubscribe := nw.subscribe(req.Name)
+		changed, unsubscribe := nw.Subscribe(req.Name)
 		op := &acquireOp{req: req, holder: holder, ttl: ttl}
 		err := s.update(ctx, op)
 		if err == nil || op.heldBy == nil {
@@ -397,49 +396,3 @@ func (s *Store) CheckJob(ctx context.Context, id, token uint64) (db.Job, error) 
 	}
 	return job, nil
 }
-
-// nameWaiters wakes acquires waiting for a name. A channel per name with
-// waiters is closed — after the commit — when the name is released.
-type nameWaiters struct {
-	mu sync.Mutex
-	m  map[string]*leaseWait
-}
-
-type leaseWait struct {
-	ch chan struct{}
-	n  int
-}
-
-// subscribe returns a channel closed at the next wake of name, and the
-// function that ends the subscription.
-func (w *nameWaiters) subscribe(name string) (<-chan struct{}, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lw := w.m[name]
-	if lw == nil {
-		lw = &leaseWait{ch: make(chan struct{})}
-		w.m[name] = lw
-	}
-	lw.n++
-	return lw.ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		lw.n--
-		if lw.n == 0 && w.m[name] == lw {
-			delete(w.m, name)
-		}
-	}
-}
-
-// wake wakes every acquire waiting for name.
-func (w *nameWaiters) wake(name string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if lw := w.m[name]; lw != nil {
-		close(lw.ch)
-		delete(w.m, name)
-	}
-}
-
-// leaseWaiters returns the store's waiting acquires.
-func (s *Store) leaseWaiters() *nameWaiters { return &s.nameWaiters }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/fenceq/fenceq/internal/namewait"
 
 	"os"
 	"path/filepath"
@@ -95,9 +96,9 @@ type Store struct {
 	held       *writeOp // taken by the commit loop but over the last commit's item budget; committer goroutine only
 	batchItems int      // items of the batch being gathered; committer goroutine only
 
-	waiters     waiters     // long-polling claims
-	onAbort     []func()    // run if the commit in progress fails; committer goroutine only
-	nameWaiters nameWaiters // acquires waiting for a named lease
+	waiters     waiters          // long-polling claims
+	onAbort     []func()         // run if the commit in progress fails; committer goroutine only
+	nameWaiters namewait.Waiters // acquires waiting for a named lease
 }
 
 // Open opens (creating if needed) the store at path. It returns ErrLocked
@@ -147,8 +148,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{}),
-		nameWaiters: nameWaiters{m: map[string]*leaseWait{}}}
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{})}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bbolt.Tx) error {
 			if tx.Bucket(bucketJobs) == nil {

@@ -57,7 +57,7 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 	deadline := time.NewTimer(req.Wait)
 	defer deadline.Stop()
 	for {
-		changed, unsubscribe := s.nameWaiters.subscribe(req.Name)
+		changed, unsubscribe := s.nameWaiters.Subscribe(req.Name)
 		got, cur, err := s.acquireLease(ctx, req, holder, ttl)
 		if err == nil || cur == nil {
 			unsubscribe()

@@ -15,6 +15,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/fenceq/fenceq/internal/namewait"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -95,7 +96,7 @@ type Store struct {
 	committedOps atomic.Uint64
 
 	waiters     waiters
-	nameWaiters nameWaiters
+	nameWaiters namewait.Waiters
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
@@ -152,7 +153,6 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
 		listened: make(chan struct{}), listening: make(chan struct{})}
 	s.waiters.byQueue = map[string][]*waiter{}
-	s.nameWaiters.m = map[string]*leaseWait{}
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
 	// Serve only once other replicas' notifications reach this one.

@@ -228,7 +228,7 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 				// Notifications sent while it was away are lost: everyone
 				// looks again.
 				s.waiters.all()
-				s.nameWaiters.all()
+				s.nameWaiters.WakeAll()
 			}
 			for {
 				n, err := conn.WaitForNotification(ctx)
@@ -260,55 +260,7 @@ func (s *Store) dispatch(payload string) {
 			s.waiters.later(queue, t)
 		}
 	case "r":
-		s.nameWaiters.wake(rest)
-	}
-}
-
-// nameWaiters wakes acquires waiting for a name when any replica releases it.
-type nameWaiters struct {
-	mu sync.Mutex
-	m  map[string]*leaseWait
-}
-
-type leaseWait struct {
-	ch chan struct{}
-	n  int
-}
-
-func (w *nameWaiters) subscribe(name string) (<-chan struct{}, func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	lw := w.m[name]
-	if lw == nil {
-		lw = &leaseWait{ch: make(chan struct{})}
-		w.m[name] = lw
-	}
-	lw.n++
-	return lw.ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		lw.n--
-		if lw.n == 0 && w.m[name] == lw {
-			delete(w.m, name)
-		}
-	}
-}
-
-func (w *nameWaiters) wake(name string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if lw := w.m[name]; lw != nil {
-		close(lw.ch)
-		delete(w.m, name)
-	}
-}
-
-func (w *nameWaiters) all() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for name, lw := range w.m {
-		close(lw.ch)
-		delete(w.m, name)
+		s.nameWaiters.Wake(rest)
 	}
 }
 
@@ -329,10 +281,5 @@ func (s *Store) WaitingClaims(queue string) int {
 // WaitingAcquires is the number of this replica's acquires waiting for
 // the named lease.
 func (s *Store) WaitingAcquires(name string) int {
-	s.nameWaiters.mu.Lock()
-	defer s.nameWaiters.mu.Unlock()
-	if lw := s.nameWaiters.m[name]; lw != nil {
-		return lw.n
-	}
-	return 0
+	return s.nameWaiters.Count(name)
 }
