@@ -458,8 +458,12 @@ func TestLazyFS_AnotherUserCanUseAnAllowOtherMountAndOwnsWhatItCreates(t *testin
 	})
 	asOther := func(script string) {
 		t.Helper()
-		cmd := exec.Command("/bin/sh", "-c", script)
-		cmd.Dir = mnt
+		// The shell changes into the mount itself: with cmd.Dir the
+		// child's chdir runs between vfork and exec, while the thread
+		// that forked holds its P and cannot stop for a GC, so a
+		// collection starting then stops the daemon goroutines that
+		// must answer the chdir, and the process hangs for good.
+		cmd := exec.Command("/bin/sh", "-c", `cd "$1" && `+script, "sh", mnt)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, NoSetGroups: true}}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("as uid %d: %s: %v %s", uid, script, err, out)
