@@ -250,6 +250,10 @@ func (c *Client) do(ctx context.Context, r request, out any) (int, error) {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return resp.StatusCode, fmt.Errorf("fenceq: %s %s: decoding the answer: %w", r.method, r.escapedPath, err)
 	}
+	// The decoder stops at the value's end; a chunked answer's last chunk
+	// is still unread then, and a body closed before its end closes the
+	// connection with it: every call would dial anew.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 	return resp.StatusCode, nil
 }
 
