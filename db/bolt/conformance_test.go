@@ -16,6 +16,20 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceReplicas runs the suite's part about several replicas on
+// one store: one process owns a bbolt file, so the three "replicas" are
+// the same store, and every cross-replica guarantee must hold within it.
+func TestConformanceReplicas(t *testing.T) {
+	dbtest.RunReplicas(t, func(tb testing.TB, rules db.Rules, n int) []db.Store {
+		s := mustOpenStore(tb, Options{Rules: rules})
+		out := make([]db.Store, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	})
+}
+
 var (
 	_ dbtest.Snapshotter   = (*Store)(nil)
 	_ dbtest.WaiterCounter = (*Store)(nil)

@@ -17,6 +17,20 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceReplicas runs the suite's part about several replicas:
+// n stores (each as its own fenceq process would be) over one database.
+func TestConformanceReplicas(t *testing.T) {
+	testURL(t)
+	dbtest.RunReplicas(t, func(tb testing.TB, rules db.Rules, n int) []db.Store {
+		u := newTestDB(tb)
+		out := make([]db.Store, n)
+		for i := range out {
+			out[i] = mustOpen(tb, u, Options{Rules: rules})
+		}
+		return out
+	})
+}
+
 var (
 	_ dbtest.WaiterCounter = (*Store)(nil)
 	_ dbtest.CommitCounter = (*Store)(nil)
