@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fenceq/fenceq/db"
+)
+
+// TestBatch_RoundTripsOfALoneClaimAndCompletion pins how many round trips
+// a batch of one mutation makes inside its transaction: a claim (BEGIN
+// with the time; promotion with the candidates; the claimed row; the
+// head; the links, counters and COMMIT) and a completion (BEGIN with the
+// time and the row lock; the row; its update; the head; the writes and
+// COMMIT). A change that adds one shows here.
+func TestBatch_RoundTripsOfALoneClaimAndCompletion(t *testing.T) {
+	s := mustOpenStore(t, db.Rules{})
+	mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+	before := s.trips.Load()
+	jobs, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("ClaimJobs() = %v, %v; want one job", jobs, err)
+	}
+	if got := s.trips.Load() - before; got != 5 {
+		t.Errorf("round trips of a lone claim = %d, want 5", got)
+	}
+	before = s.trips.Load()
+	j := jobs[0]
+	if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: "w", FencingToken: j.FencingToken()}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.trips.Load() - before; got != 5 {
+		t.Errorf("round trips of a lone completion = %d, want 5", got)
+	}
+}
+
+// BenchmarkDrainRoundTrips drains jobs with concurrent claims and
+// completions through one replica, or three over one database, and
+// reports the batches' round trips and commits per drained job (not
+// speed: the counts the batch's length is made of).
+func BenchmarkDrainRoundTrips(b *testing.B) {
+	for _, replicas := range []int{1, 3} {
+		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+			u := newTestDB(b)
+			stores := make([]*Store, replicas)
+			for i := range stores {
+				stores[i] = mustOpen(b, u, Options{})
+			}
+			const workers = 15
+			jobs := b.N * 100
+			for i := range jobs {
+				mustEnqueueJob(b, stores[i%replicas], db.EnqueueRequest{Principal: "p", Queue: "q"})
+			}
+			var trips0, commits0 uint64
+			for _, s := range stores {
+				c, _ := s.CommitStats()
+				trips0, commits0 = trips0+s.trips.Load(), commits0+c
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			done := 0
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := stores[w%replicas]
+					for {
+						got, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: fmt.Sprint("w", w), Queues: []string{"q"}, Lease: time.Minute})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if len(got) == 0 {
+							return
+						}
+						j := got[0]
+						if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: fmt.Sprint("w", w), FencingToken: j.FencingToken()}}); err != nil {
+							b.Error(err)
+							return
+						}
+						mu.Lock()
+						done++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			var trips, commits uint64
+			for _, s := range stores {
+				c, _ := s.CommitStats()
+				trips, commits = trips+s.trips.Load(), commits+c
+			}
+			if done != jobs {
+				b.Fatalf("drained %d jobs, want %d", done, jobs)
+			}
+			b.ReportMetric(float64(trips-trips0)/float64(jobs), "trips/job")
+			b.ReportMetric(float64(commits-commits0)/float64(jobs), "commits/job")
+		})
+	}
+}
