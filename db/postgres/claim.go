@@ -169,7 +169,7 @@ const promoteLimit = 1000
 // transaction holds are skipped.
 const promoteSQL = `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
 	SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-	RETURNING queue`
+	RETURNING id, queue`
 
 // candidatesSQL locks, per queue of $1 that is not paused, up to $2 of
 // its available jobs in claim order and up to $2 of its claims whose lease
@@ -299,11 +299,13 @@ func promoteAndFetch(w *writer, queues []string, n int) ([]*db.JobRecord, error)
 		return nil, err
 	}
 	for rows.Next() {
+		var id int64
 		var q string
-		if err := rows.Scan(&q); err != nil {
+		if err := rows.Scan(&id, &q); err != nil {
 			rows.Close()
 			return nil, err
 		}
+		delete(w.locked, uint64(id)) // a row the batch locked, promoted: read it again
 		w.count(q, db.StateScheduled, -1)
 		w.count(q, db.StateAvailable, 1)
 	}

@@ -100,7 +100,37 @@ func putJob(w *writer, old, rec *db.JobRecord) error {
 	if err != nil {
 		return err
 	}
+	if _, ok := w.locked[rec.ID]; ok {
+		if err := w.keepLocked(old, rec, errs); err != nil {
+			return err
+		}
+	}
 	return moved(w, old, rec)
+}
+
+// keepLocked updates the batch's copy of a row it locked to what putJob
+// wrote over old, as a read of the row would return it.
+func (w *writer) keepLocked(old, rec *db.JobRecord, errs []byte) error {
+	c := old.Clone()
+	c.State, c.Attempts, c.MaxAttempts, c.ClaimedBy, c.LeaseExpiresAt = rec.State, rec.Attempts, rec.MaxAttempts, rec.ClaimedBy, rec.LeaseExpiresAt
+	c.RunAt, c.UpdatedAt, c.CompletedAt, c.LastError = rec.RunAt, rec.UpdatedAt, rec.CompletedAt, rec.LastError
+	c.Errors, c.Result, c.Attestation = nil, nullResult(rec.Result), nullResult(rec.Attestation)
+	if len(errs) > 0 {
+		if err := msgpack.Unmarshal(errs, &c.Errors); err != nil {
+			return err
+		}
+	}
+	w.locked[rec.ID] = &c
+	w.touched = append(w.touched, rec.ID)
+	return nil
+}
+
+// nullResult is b as a read of a column written with nullBytes returns it.
+func nullResult(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // moved records the count change from old to rec (old nil: a new job) and
@@ -237,9 +267,15 @@ func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.J
 }
 
 func changeIn(w *writer, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (*db.JobRecord, error) {
-	old, err := getJob(w.ctx, w.tx, id, true)
-	if err != nil {
-		return nil, err
+	var old *db.JobRecord
+	if r, ok := w.locked[id]; ok {
+		c := r.Clone()
+		old = &c
+	} else {
+		var err error
+		if old, err = getJob(w.ctx, w.tx, id, true); err != nil {
+			return nil, err
+		}
 	}
 	next, ev, err := transition(old, w.now)
 	if err != nil {
@@ -393,7 +429,11 @@ func (s *Store) ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, e
 }
 
 func queryJobs(ctx context.Context, q querier, sql string, args ...any) ([]*db.JobRecord, error) {
-	rows, err := q.Query(ctx, sql, args...)
+	return scanJobs(q.Query(ctx, sql, args...))
+}
+
+// scanJobs reads rows of jobColumns.
+func scanJobs(rows pgx.Rows, err error) ([]*db.JobRecord, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -486,6 +526,7 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 				return err
 			}
 			ids = append(ids, uint64(id))
+			delete(w.locked, uint64(id))
 			w.count(q, db.State(st), -1)
 		}
 		rows.Close()

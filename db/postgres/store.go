@@ -463,13 +463,19 @@ type writer struct {
 	// promoted: a claim of the batch has promoted the due scheduled jobs;
 	// the batch's other claims need not look again.
 	promoted *bool
-	events   []db.AuditEvent
-	counts   map[countKey]int64
-	notify   []string
-	claimed  []string // queues it claimed jobs of
-	paused   []string // queues it paused
-	after    []func() // after the commit
-	onAbort  []func() // when this mutation or its batch is rolled back
+	// locked are the job rows the batch locked at its start (opPlan.jobs),
+	// as they stand in the transaction: no other transaction can change
+	// them, and the batch's own writes keep them current, so a mutation
+	// reads its row here instead of in a round trip.
+	locked  map[uint64]*db.JobRecord
+	touched []uint64 // ids of locked it changed: forgotten if it rolls back
+	events  []db.AuditEvent
+	counts  map[countKey]int64
+	notify  []string
+	claimed []string // queues it claimed jobs of
+	paused  []string // queues it paused
+	after   []func() // after the commit
+	onAbort []func() // when this mutation or its batch is rolled back
 }
 
 type countKey struct {
@@ -500,14 +506,15 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 	}
 	var (
-		tx  *batchTx
-		now time.Time
-		err error
+		tx     *batchTx
+		now    time.Time
+		locked map[uint64]*db.JobRecord
+		err    error
 	)
 	// A connection the pool still holds may have died with a restart of
 	// the server: nothing was applied yet, so one more attempt is safe.
 	for attempt := 0; attempt < 2; attempt++ {
-		tx, now, err = s.beginBatch(ctx, batch)
+		tx, now, locked, err = s.beginBatch(ctx, batch)
 		if err == nil || !isConnError(err) {
 			break
 		}
@@ -531,7 +538,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	}
 	ran := batch[:0:0]
 	for _, op := range batch {
-		w := &writer{ctx: ctx, tx: tx, now: now, s: s, promoted: &promoted}
+		w := &writer{ctx: ctx, tx: tx, now: now, s: s, promoted: &promoted, locked: locked}
 		promotedBefore := promoted
 		// A savepoint per mutation, sent with its first statement and never
 		// released: releasing costs a round trip and frees nothing the
@@ -543,6 +550,9 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		tx.sp = false
 		if err != nil {
 			promoted = promotedBefore
+			for _, id := range w.touched {
+				delete(locked, id) // rolled back: read from the database again
+			}
 			for _, f := range w.onAbort {
 				f()
 			}
@@ -670,7 +680,7 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 // it could not see; and a time read early only makes a lease look live
 // longer and a scheduled job not yet due, never a lease expired early.
 // The audit chain's times are kept from stepping back in finishBatch.
-func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, error) {
+func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, map[uint64]*db.JobRecord, error) {
 	var jobs []int64
 	var keys []int64
 	for _, op := range batch {
@@ -685,7 +695,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, nil, err
 	}
 	tx := &batchTx{conn: conn, trips: &s.trips}
 	b := &pgx.Batch{}
@@ -697,7 +707,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 			CROSS JOIN LATERAL pg_advisory_xact_lock(u.k)`, slices.Compact(keys))
 	}
 	if len(jobs) > 0 {
-		b.Queue(`SELECT count(*) FROM (SELECT id FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE) AS l`, jobs)
+		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, jobs)
 	}
 	tx.trip()
 	br := conn.SendBatch(ctx, b)
@@ -706,17 +716,26 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	if err == nil {
 		err = br.QueryRow().Scan(&ns)
 	}
-	for i := 2; err == nil && i < b.Len(); i++ {
+	if err == nil && len(keys) > 0 {
 		_, err = br.Exec()
+	}
+	locked := map[uint64]*db.JobRecord{}
+	if err == nil && len(jobs) > 0 {
+		var recs []*db.JobRecord
+		if recs, err = scanJobs(br.Query()); err == nil {
+			for _, r := range recs {
+				locked[r.ID] = r
+			}
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		s.endBatch(tx)
-		return nil, time.Time{}, err
+		return nil, time.Time{}, nil, err
 	}
-	return tx, time.Unix(0, ns).UTC(), nil
+	return tx, time.Unix(0, ns).UTC(), locked, nil
 }
 
 // endBatch ends tx (a rollback unless it committed) and gives its

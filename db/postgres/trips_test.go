@@ -13,7 +13,7 @@ import (
 // a batch of one mutation makes inside its transaction: a claim (BEGIN
 // with the time; promotion with the candidates; the claimed row; the
 // head; the links, counters and COMMIT) and a completion (BEGIN with the
-// time and the row lock; the row; its update; the head; the writes and
+// time and the row, locked and read; its update; the head; the writes and
 // COMMIT). A change that adds one shows here.
 func TestBatch_RoundTripsOfALoneClaimAndCompletion(t *testing.T) {
 	s := mustOpenStore(t, db.Rules{})
@@ -31,8 +31,8 @@ func TestBatch_RoundTripsOfALoneClaimAndCompletion(t *testing.T) {
 	if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: "w", FencingToken: j.FencingToken()}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.trips.Load() - before; got != 5 {
-		t.Errorf("round trips of a lone completion = %d, want 5", got)
+	if got := s.trips.Load() - before; got != 4 {
+		t.Errorf("round trips of a lone completion = %d, want 4", got)
 	}
 }
 
@@ -100,5 +100,65 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 			b.ReportMetric(float64(trips-trips0)/float64(jobs), "trips/job")
 			b.ReportMetric(float64(commits-commits0)/float64(jobs), "commits/job")
 		})
+	}
+}
+
+// TestBatch_ARowReadFromTheBatchsLocksIsCurrent: a mutation reads a row
+// the batch locked at its start from the batch's copy; that copy follows
+// the writes of the mutations before it and forgets those rolled back.
+func TestBatch_ARowReadFromTheBatchsLocksIsCurrent(t *testing.T) {
+	s := mustOpenStore(t, db.Rules{})
+	mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+	jobs, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}, Lease: time.Minute})
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("ClaimJobs() = %v, %v", jobs, err)
+	}
+	j := jobs[0]
+	f := db.Fenced{ID: j.ID, Principal: "p", Worker: "w", FencingToken: j.FencingToken()}
+	op := func(fn func(w *writer) error) *writeOp {
+		return &writeOp{plan: opPlan{jobs: []uint64{j.ID}}, done: make(chan struct{}), fn: fn}
+	}
+	heartbeat := func(w *writer) error {
+		_, err := changeIn(w, j.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
+			return db.Heartbeat(old, db.HeartbeatRequest{Fenced: f}, time.Hour, now)
+		})
+		return err
+	}
+	// Completes the job, then fails on a statement PostgreSQL refuses.
+	completeThenFail := op(func(w *writer) error {
+		if _, err := changeIn(w, j.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
+			return db.Complete(old, db.CompleteRequest{Fenced: f}, now)
+		}); err != nil {
+			return err
+		}
+		_, err := w.tx.Exec(w.ctx, `SELECT 1/0`)
+		return err
+	})
+	afterRollback := op(heartbeat)
+	complete := op(func(w *writer) error {
+		_, err := changeIn(w, j.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
+			return db.Complete(old, db.CompleteRequest{Fenced: f}, now)
+		})
+		return err
+	})
+	afterComplete := op(heartbeat)
+	for ops := []*writeOp{completeThenFail, afterRollback, complete, afterComplete}; len(ops) > 0; {
+		ops = s.commitBatch(ops)
+	}
+	if completeThenFail.err == nil {
+		t.Fatal("the mutation that divides by zero succeeded")
+	}
+	if afterRollback.err != nil {
+		t.Errorf("heartbeat after a rolled-back completion error = %v, want it applied to the claimed job", afterRollback.err)
+	}
+	if complete.err != nil {
+		t.Errorf("completion error = %v", complete.err)
+	}
+	if db.ErrorCode(afterComplete.err) != db.CodeNotFound {
+		t.Errorf("heartbeat after the completion in the same batch error = %v, want %s (the job is completed)", afterComplete.err, db.CodeNotFound)
+	}
+	got, err := s.GetJob(bg, j.ID)
+	if err != nil || got.State != db.StateCompleted {
+		t.Fatalf("job after the batch = %+v, %v; want completed", got, err)
 	}
 }
