@@ -100,6 +100,11 @@ type Store struct {
 	committedOps atomic.Uint64
 	trips        atomic.Uint64 // round trips of the batches' transactions
 	retries      atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
+	// headHeld sums, over headBatches batches, the time from the audit
+	// head's lock reaching this replica to the commit's answer: a lower
+	// bound on how long each batch kept every replica's appends waiting.
+	headHeld    atomic.Int64
+	headBatches atomic.Uint64
 
 	waiters     waiters
 	nameWaiters namewait.Waiters
@@ -794,6 +799,11 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	if paused {
 		return false, errPausedMeanwhile
 	}
+	locked := time.Now()
+	defer func() {
+		s.headHeld.Add(int64(time.Since(locked)))
+		s.headBatches.Add(1)
+	}()
 	b = &pgx.Batch{}
 	if err := s.queueWrites(b, w, head); err != nil {
 		return false, err
