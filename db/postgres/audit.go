@@ -105,7 +105,7 @@ func readHead(ctx context.Context, q querier, lock bool) (db.AuditHead, error) {
 // AuditCounts returns the counters kept with the log.
 func (s *Store) AuditCounts(ctx context.Context) (db.AuditCounts, error) {
 	out := db.AuditCounts{Actions: map[string]uint64{}}
-	rows, err := s.pool.Query(ctx, `SELECT key, n FROM fenceq_audit_counts`)
+	rows, err := s.pool.Query(ctx, `SELECT key, sum(n)::bigint FROM fenceq_audit_counts GROUP BY key`)
 	if err != nil {
 		return out, s.readError(err)
 	}

@@ -155,7 +155,8 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 			return err
 		}
 		b := &pgx.Batch{}
-		if err := s.queueWrites(b, w, auditHead{}); err != nil {
+		s.queueCounts(b, w)
+		if err := s.queueChain(b, w, auditHead{}); err != nil {
 			return err
 		}
 		if b.Len() == 0 {

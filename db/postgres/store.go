@@ -176,8 +176,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// countShards is how many rows each (queue, state) counter is spread over.
-const countShards = 16
+// countShards is how many rows each counter (of jobs per queue and state,
+// of audit actions) is spread over; each replica writes one, picked at
+// random, so that two replicas rarely share one.
+const countShards = 64
 
 // connectError says why the first connection failed: the server refused
 // or could not be reached, or it turned the login down.
@@ -770,8 +772,11 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return true, err
 	}
 	// The head's lock orders this batch's links among every replica's:
-	// it is held from here to the commit, one round trip.
+	// it is held from here to the commit, one round trip. The counters
+	// are written just before it, in the same round trip.
 	b := &pgx.Batch{}
+	s.queueCounts(b, w)
+	nCounts := b.Len()
 	b.Queue(`SELECT seq, hash, last_time FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
 	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
 	if len(claimed) > 0 {
@@ -782,9 +787,14 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	}
 	tx.trip()
 	br := tx.conn.SendBatch(w.ctx, b)
+	for i := 0; i < nCounts && err == nil; i++ {
+		_, err = br.Exec()
+	}
 	var head auditHead
 	var seq int64
-	err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime)
+	if err == nil {
+		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime)
+	}
 	head.seq = uint64(seq)
 	paused := false
 	if err == nil && len(claimed) > 0 {
@@ -805,7 +815,7 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		s.headBatches.Add(1)
 	}()
 	b = &pgx.Batch{}
-	if err := s.queueWrites(b, w, head); err != nil {
+	if err := s.queueChain(b, w, head); err != nil {
 		return false, err
 	}
 	b.Queue(`COMMIT`)
@@ -842,44 +852,12 @@ type auditHead struct {
 	lastTime int64
 }
 
-// queueWrites queues on b the audit links of w's events after head, the
-// counters and the notifications.
-func (s *Store) queueWrites(b *pgx.Batch, w *writer, head auditHead) error {
-	if len(w.events) > 0 {
-		seqs := make([]int64, 0, len(w.events))
-		subjects := make([]string, 0, len(w.events))
-		links := make([][]byte, 0, len(w.events))
-		counts := map[string]int64{}
-		seq, prev := head.seq, head.hash
-		// A batch's time may be older than the newest link's, written by
-		// another replica's batch that started later and committed first:
-		// the chain's times never step back.
-		at := w.now
-		if head.lastTime > at.UnixNano() {
-			at = time.Unix(0, head.lastTime).UTC()
-		}
-		for _, e := range w.events {
-			l := db.NextAuditLink(seq, prev, at, e)
-			v, err := l.Seal()
-			if err != nil {
-				return err
-			}
-			seqs, subjects, links = append(seqs, int64(l.Seq)), append(subjects, l.Subject), append(links, v)
-			for _, k := range db.AuditCountKeys(&l) {
-				counts[k]++
-			}
-			seq, prev = l.Seq, l.Hash
-		}
-		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
-		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
-		keys := slices.Sorted(maps.Keys(counts))
-		ns := make([]int64, len(keys))
-		for i, k := range keys {
-			ns[i] = counts[k]
-		}
-		b.Queue(`INSERT INTO fenceq_audit_counts (key, n) SELECT * FROM unnest($1::text[], $2::bigint[])
-			ON CONFLICT (key) DO UPDATE SET n = fenceq_audit_counts.n + excluded.n`, keys, ns)
-	}
+// queueCounts queues on b the batch's changes to the job counters and the
+// audit counters, each in this replica's shard, in one order (job counts,
+// then audit counts, each by key): a batch takes these row locks before
+// the head's, so that their writes are not part of the head's turn, and
+// two replicas that share a shard wait for each other without a cycle.
+func (s *Store) queueCounts(b *pgx.Batch, w *writer) {
 	if len(w.counts) > 0 {
 		keys := make([]countKey, 0, len(w.counts))
 		for k, d := range w.counts {
@@ -901,6 +879,51 @@ func (s *Store) queueWrites(b *pgx.Batch, w *writer, head auditHead) error {
 			b.Queue(`INSERT INTO fenceq_job_counts (queue, state, shard, n) SELECT q, st, $4, d FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(q, st, d)
 				ON CONFLICT (queue, state, shard) DO UPDATE SET n = fenceq_job_counts.n + excluded.n`, queues, states, ds, s.shard)
 		}
+	}
+	if len(w.events) > 0 {
+		counts := map[string]int64{}
+		for _, e := range w.events {
+			l := db.NextAuditLink(0, nil, w.now, e) // the keys depend on the event alone
+			for _, k := range db.AuditCountKeys(&l) {
+				counts[k]++
+			}
+		}
+		keys := slices.Sorted(maps.Keys(counts))
+		ns := make([]int64, len(keys))
+		for i, k := range keys {
+			ns[i] = counts[k]
+		}
+		b.Queue(`INSERT INTO fenceq_audit_counts (key, shard, n) SELECT k, $3, d FROM unnest($1::text[], $2::bigint[]) AS u(k, d)
+			ON CONFLICT (key, shard) DO UPDATE SET n = fenceq_audit_counts.n + excluded.n`, keys, ns, s.shard)
+	}
+}
+
+// queueChain queues on b the audit links of w's events after head and the
+// notifications.
+func (s *Store) queueChain(b *pgx.Batch, w *writer, head auditHead) error {
+	if len(w.events) > 0 {
+		seqs := make([]int64, 0, len(w.events))
+		subjects := make([]string, 0, len(w.events))
+		links := make([][]byte, 0, len(w.events))
+		seq, prev := head.seq, head.hash
+		// A batch's time may be older than the newest link's, written by
+		// another replica's batch that started later and committed first:
+		// the chain's times never step back.
+		at := w.now
+		if head.lastTime > at.UnixNano() {
+			at = time.Unix(0, head.lastTime).UTC()
+		}
+		for _, e := range w.events {
+			l := db.NextAuditLink(seq, prev, at, e)
+			v, err := l.Seal()
+			if err != nil {
+				return err
+			}
+			seqs, subjects, links = append(seqs, int64(l.Seq)), append(subjects, l.Subject), append(links, v)
+			seq, prev = l.Seq, l.Hash
+		}
+		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
+		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
 	}
 	if len(w.notify) > 0 {
 		slices.Sort(w.notify)

@@ -14,3 +14,10 @@ SELECT setval('fenceq_job_id', (SELECT next_job_id FROM fenceq_audit_head WHERE 
 ALTER TABLE fenceq_audit_head
     DROP COLUMN next_job_id,
     ADD COLUMN last_time bigint NOT NULL DEFAULT 0;
+
+-- The audit counters in shards, as the job counters are: a batch writes
+-- them before it takes the head, so they are not part of the head's turn,
+-- and replicas do not queue on one row per action.
+ALTER TABLE fenceq_audit_counts ADD COLUMN shard smallint NOT NULL DEFAULT 0;
+ALTER TABLE fenceq_audit_counts DROP CONSTRAINT fenceq_audit_counts_pkey;
+ALTER TABLE fenceq_audit_counts ADD PRIMARY KEY (key, shard);
