@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestReplicas_OppositeLockOrdersDoNotDeadlock: two replicas whose batches
@@ -170,5 +171,52 @@ func TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt(t *testing.T)
 	job, err := b.GetJob(bg, res.Job.ID)
 	if err != nil || job.State != db.StateAvailable || job.Attempts != 0 {
 		t.Fatalf("job after the pause = %+v, %v; want it still available, never claimed", job, err)
+	}
+}
+
+// TestOpen_MigratesASchema2DatabaseKeepingItsIDsAndCounts: a database of
+// schema 2 (job ids from the head row, one audit counter row per action)
+// moves to schema 3 at Open: the next job gets the id the head row would
+// have given, and the audit counters keep counting from their values.
+func TestOpen_MigratesASchema2DatabaseKeepingItsIDsAndCounts(t *testing.T) {
+	u := newTestDB(t)
+	pool, err := pgxpool.New(bg, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(bg, `CREATE TABLE fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for v, name := range []string{"0001_init.sql", "0002_pause_archive.sql"} {
+		sql, err := migrations.ReadFile("migrations/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(bg, string(sql)); err != nil {
+			t.Fatalf("migration %s: %v", name, err)
+		}
+		if _, err := pool.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(bg, `UPDATE fenceq_audit_head SET next_job_id = 42 WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg, `INSERT INTO fenceq_audit_counts (key, n) VALUES ('enqueue', 41)`); err != nil {
+		t.Fatal(err)
+	}
+	s := mustOpen(t, u, Options{})
+	res, err := s.EnqueueJob(bg, db.EnqueueRequest{Principal: "p", Queue: "q"})
+	if err != nil || res.Job.ID != 42 {
+		t.Fatalf("first enqueue after the migration = job %d, %v; want job 42", res.Job.ID, err)
+	}
+	counts, err := s.AuditCounts(bg)
+	if err != nil || counts.Actions["enqueue"] != 42 {
+		t.Fatalf("AuditCounts() = %+v, %v; want 42 enqueues (41 before the migration, 1 after)", counts, err)
+	}
+	var version int
+	if err := pool.QueryRow(bg, `SELECT max(version) FROM fenceq_schema`).Scan(&version); err != nil || version != SchemaVersion() {
+		t.Fatalf("schema version after Open = %d, %v; want %d", version, err, SchemaVersion())
 	}
 }
