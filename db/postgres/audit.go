@@ -74,14 +74,20 @@ func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectReque
 
 // AuditHead reads the chain's head row: the newest link and the checkpoint.
 func (s *Store) AuditHead(ctx context.Context) (db.AuditHead, error) {
-	h, err := readHead(ctx, s.pool)
+	h, err := readHead(ctx, s.pool, false)
 	return h, s.readError(err)
 }
 
-func readHead(ctx context.Context, q querier) (db.AuditHead, error) {
+// readHead reads the head row, locked to the transaction's end when lock
+// is set.
+func readHead(ctx context.Context, q querier, lock bool) (db.AuditHead, error) {
+	sql := `SELECT seq, hash, cp_seq, cp_hash, cp_time, cp_archived_at FROM fenceq_audit_head WHERE id = 1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
 	var seq, cpSeq, cpTime, cpAt int64
 	var hash, cpHash []byte
-	if err := q.QueryRow(ctx, `SELECT seq, hash, cp_seq, cp_hash, cp_time, cp_archived_at FROM fenceq_audit_head WHERE id = 1`).
+	if err := q.QueryRow(ctx, sql).
 		Scan(&seq, &hash, &cpSeq, &cpHash, &cpTime, &cpAt); err != nil {
 		return db.AuditHead{}, err
 	}
@@ -99,7 +105,7 @@ func readHead(ctx context.Context, q querier) (db.AuditHead, error) {
 // AuditCounts returns the counters kept with the log.
 func (s *Store) AuditCounts(ctx context.Context) (db.AuditCounts, error) {
 	out := db.AuditCounts{Actions: map[string]uint64{}}
-	rows, err := s.pool.Query(ctx, `SELECT key, n FROM fenceq_audit_counts`)
+	rows, err := s.pool.Query(ctx, `SELECT key, sum(n)::bigint FROM fenceq_audit_counts GROUP BY key`)
 	if err != nil {
 		return out, s.readError(err)
 	}
@@ -146,7 +152,7 @@ func (s *Store) VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) 
 func (s *Store) verifyAudit(ctx context.Context, from db.AuditMark, limit int) (db.AuditReport, error) {
 	var rep db.AuditReport
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		head, err := readHead(ctx, tx)
+		head, err := readHead(ctx, tx, false)
 		if err != nil {
 			return err
 		}
@@ -211,7 +217,10 @@ func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.
 	}
 	var cp db.AuditCheckpoint
 	err := s.update(ctx, func(w *writer) error {
-		head, err := readHead(w.ctx, w.tx)
+		// Locked here, not only at the batch's end: the checkpoint moves
+		// by what this reads. Nothing the batch does after waits for a
+		// lock (opPlan), so holding the head early cannot deadlock.
+		head, err := readHead(w.ctx, w.tx, true)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/jackc/pgx/v5"
 )
 
 // ClaimJobs takes up to req.Max of the best eligible jobs in one
@@ -80,25 +81,18 @@ func (s *Store) claimable(ctx context.Context, queues []string) (found bool, nex
 // one db.ClaimsBefore puts first; an expired claim with no attempts left
 // at the head goes dead on the way (db.KillExpired).
 func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
-	if w.promoted == nil || !*w.promoted {
-		if err := promoteDue(w, 1000); err != nil {
-			return nil, err
-		}
-		if w.promoted != nil {
-			*w.promoted = true
-		}
-	}
-	queues, err := unpaused(w, req.Queues)
-	if err != nil || len(queues) == 0 {
-		return nil, err
-	}
-	req.Queues = queues
 	var jobs []db.Job
 	for len(jobs) < req.Max {
 		want := req.Max - len(jobs)
-		ready, expired, err := candidates(w, req, want)
+		// The batch's first claim promotes the due scheduled jobs, in the
+		// same round trip as its candidates.
+		promote := w.promoted == nil || !*w.promoted
+		ready, expired, err := candidates(w, req, want, promote)
 		if err != nil {
 			return nil, err
+		}
+		if promote && w.promoted != nil {
+			*w.promoted = true
 		}
 		fetched := 0
 		full := map[string]bool{} // the queue's expired list may go on past what was fetched
@@ -147,6 +141,7 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 			if err := putJob(w, best, &next); err != nil {
 				return nil, err
 			}
+			w.claimed = append(w.claimed, next.Queue)
 			jobs = append(jobs, next.Job())
 		}
 		if !refetch && fetched < want {
@@ -166,41 +161,43 @@ func advance(ready, expired map[string][]*db.JobRecord, queues []string, rec *db
 	}
 }
 
-// promoteDue makes up to limit scheduled jobs whose run_at has come
-// available, oldest first.
-func promoteDue(w *writer, limit int) error {
-	rows, err := w.tx.Query(w.ctx, `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
-		SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-		RETURNING queue`, w.now.UnixNano(), limit)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var q string
-		if err := rows.Scan(&q); err != nil {
-			return err
-		}
-		w.count(q, db.StateScheduled, -1)
-		w.count(q, db.StateAvailable, 1)
-	}
-	return rows.Err()
-}
+// promoteLimit bounds how many due scheduled jobs one claim promotes.
+const promoteLimit = 1000
 
-// candidates locks, per queue of req, up to n of its available jobs in
-// claim order and up to n of its claims whose lease expired, the earliest
-// expiry first. Rows locked by another transaction are skipped. Rows
-// fetched but not claimed stay locked until the commit; others skip them
-// meanwhile.
-func candidates(w *writer, req db.ClaimRequest, n int) (ready, expired map[string][]*db.JobRecord, err error) {
-	recs, err := queryJobs(w.ctx, w.tx, `WITH ready AS (
-		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
-		    WHERE state = 'available' AND queue = q.name ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j),
-		expired AS (
-		  SELECT j.* FROM unnest($1::text[]) AS q(name), LATERAL (SELECT `+jobColumns+` FROM fenceq_jobs
-		    WHERE state = 'claimed' AND queue = q.name AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j)
-		SELECT * FROM ready UNION ALL SELECT * FROM expired`,
-		req.Queues, n, w.now.UnixNano())
+// promoteSQL makes up to $2 scheduled jobs whose run_at ($1) has come
+// available, oldest first, and returns their queues. Rows another
+// transaction holds are skipped.
+const promoteSQL = `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
+	SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+	RETURNING id, queue`
+
+// candidatesSQL locks, per queue of $1 that is not paused, up to $2 of
+// its available jobs in claim order and up to $2 of its claims whose lease
+// expired by $3, the earliest expiry first. The pause is read in the
+// claim's transaction, so no claim gives out a job of a paused queue.
+const candidatesSQL = `WITH queues AS (
+	  SELECT q.name FROM unnest($1::text[]) AS q(name) WHERE NOT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = q.name)),
+	ready AS (
+	  SELECT j.* FROM queues AS q, LATERAL (SELECT ` + jobColumns + ` FROM fenceq_jobs
+	    WHERE state = 'available' AND queue = q.name ORDER BY priority DESC, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j),
+	expired AS (
+	  SELECT j.* FROM queues AS q, LATERAL (SELECT ` + jobColumns + ` FROM fenceq_jobs
+	    WHERE state = 'claimed' AND queue = q.name AND lease_expires_at <= $3 ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS j)
+	SELECT * FROM ready UNION ALL SELECT * FROM expired`
+
+// candidates locks, per unpaused queue of req, up to n of its available
+// jobs in claim order and up to n of its claims whose lease expired (see
+// candidatesSQL). With promote it first promotes the due scheduled jobs of
+// every queue, in the same round trip: the candidates then include them.
+// Rows locked by another transaction are skipped. Rows fetched but not
+// claimed stay locked until the commit; others skip them meanwhile.
+func candidates(w *writer, req db.ClaimRequest, n int, promote bool) (ready, expired map[string][]*db.JobRecord, err error) {
+	var recs []*db.JobRecord
+	if promote {
+		recs, err = promoteAndFetch(w, req.Queues, n)
+	} else {
+		recs, err = queryJobs(w.ctx, w.tx, candidatesSQL, req.Queues, n, w.now.UnixNano())
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -288,3 +285,50 @@ func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job
 // passed but its claim found nothing (a test clock that does not move, or
 // a job another replica took).
 const minTimerWait = 5 * time.Millisecond
+
+// promoteAndFetch promotes the due scheduled jobs and fetches the
+// candidates (candidatesSQL) in one round trip.
+func promoteAndFetch(w *writer, queues []string, n int) ([]*db.JobRecord, error) {
+	b := &pgx.Batch{}
+	b.Queue(promoteSQL, w.now.UnixNano(), promoteLimit)
+	b.Queue(candidatesSQL, queues, n, w.now.UnixNano())
+	br := w.tx.SendBatch(w.ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var id int64
+		var q string
+		if err := rows.Scan(&id, &q); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		delete(w.locked, uint64(id)) // a row the batch locked, promoted: read it again
+		w.count(q, db.StateScheduled, -1)
+		w.count(q, db.StateAvailable, 1)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, err
+	}
+	var out []*db.JobRecord
+	for rows.Next() {
+		r, err := scanJob(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
+}

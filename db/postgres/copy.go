@@ -60,7 +60,7 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 				break
 			}
 			for i := range recs {
-				if _, ok, err := insertJob(w, &recs[i]); err != nil || !ok {
+				if _, ok, err := insertJob(w, &recs[i], false); err != nil || !ok {
 					return fmt.Errorf("db: postgres: copy job %d: %v (inserted %v)", recs[i].ID, err, ok)
 				}
 				w.count(recs[i].Queue, recs[i].State, 1)
@@ -140,12 +140,29 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 		if last.Seq == 0 && cp.Seq > 0 { // every stored link was archived and removed
 			last.Seq, hash = cp.Seq, cpHash
 		}
-		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET seq = $1, hash = $2, next_job_id = $3,
+		lastTime := last.Time
+		if last.Seq == 0 {
+			lastTime = db.UnixNano(cp.Time)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3,
 			cp_seq = $4, cp_hash = $5, cp_time = $6, cp_archived_at = $7 WHERE id = 1`,
-			int64(last.Seq), hash, int64(seq)+1, int64(cp.Seq), nullBytes(cpHash), db.UnixNano(cp.Time), db.UnixNano(cp.ArchivedAt)); err != nil {
+			int64(last.Seq), hash, lastTime, int64(cp.Seq), nullBytes(cpHash), db.UnixNano(cp.Time), db.UnixNano(cp.ArchivedAt)); err != nil {
 			return err
 		}
-		return s.finishBatch(w, auditHead{})
+		// The target's next job id follows the source's last one, whether
+		// or not that job is still stored.
+		if _, err := tx.Exec(ctx, `SELECT setval('fenceq_job_id', $1, false)`, int64(seq)+1); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		s.queueCounts(b, w)
+		if err := s.queueChain(b, w, auditHead{}); err != nil {
+			return err
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return rep, err

@@ -58,8 +58,9 @@ func encodeErrors(errs []db.ErrorRecord) ([]byte, error) {
 
 // insertJob writes a new job and reports whether it did: a job of the same
 // queue that holds its idempotency key already (found first by enqueue)
-// makes it a no-op rather than an error.
-func insertJob(w *writer, r *db.JobRecord) (uint64, bool, error) {
+// makes it a no-op rather than an error. With newID the job's id is the
+// sequence's next, which it returns; else r.ID (a copy).
+func insertJob(w *writer, r *db.JobRecord, newID bool) (uint64, bool, error) {
 	errs, err := encodeErrors(r.Errors)
 	if err != nil {
 		return 0, false, err
@@ -71,10 +72,10 @@ func insertJob(w *writer, r *db.JobRecord) (uint64, bool, error) {
 	var id int64
 	err = w.tx.QueryRow(w.ctx, `INSERT INTO fenceq_jobs (id, queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
 		lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key)
-		VALUES ($20, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		VALUES (CASE WHEN $21 THEN nextval('fenceq_job_id') ELSE $20 END, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id`,
 		r.Queue, []byte(r.Kind), nullBytes(r.Payload), r.Priority, string(r.State), int64(r.Attempts), int64(r.MaxAttempts), int64(r.Budget), []byte(r.ClaimedBy),
-		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID)).Scan(&id)
+		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID), newID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -99,7 +100,37 @@ func putJob(w *writer, old, rec *db.JobRecord) error {
 	if err != nil {
 		return err
 	}
+	if _, ok := w.locked[rec.ID]; ok {
+		if err := w.keepLocked(old, rec, errs); err != nil {
+			return err
+		}
+	}
 	return moved(w, old, rec)
+}
+
+// keepLocked updates the batch's copy of a row it locked to what putJob
+// wrote over old, as a read of the row would return it.
+func (w *writer) keepLocked(old, rec *db.JobRecord, errs []byte) error {
+	c := old.Clone()
+	c.State, c.Attempts, c.MaxAttempts, c.ClaimedBy, c.LeaseExpiresAt = rec.State, rec.Attempts, rec.MaxAttempts, rec.ClaimedBy, rec.LeaseExpiresAt
+	c.RunAt, c.UpdatedAt, c.CompletedAt, c.LastError = rec.RunAt, rec.UpdatedAt, rec.CompletedAt, rec.LastError
+	c.Errors, c.Result, c.Attestation = nil, nullResult(rec.Result), nullResult(rec.Attestation)
+	if len(errs) > 0 {
+		if err := msgpack.Unmarshal(errs, &c.Errors); err != nil {
+			return err
+		}
+	}
+	w.locked[rec.ID] = &c
+	w.touched = append(w.touched, rec.ID)
+	return nil
+}
+
+// nullResult is b as a read of a column written with nullBytes returns it.
+func nullResult(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // moved records the count change from old to rec (old nil: a new job) and
@@ -164,8 +195,14 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db
 	if err != nil {
 		return nil, err
 	}
+	var plan opPlan
+	for _, req := range reqs {
+		if req.IdempotencyKey != "" {
+			plan.keys = append(plan.keys, idemKey(req.Queue, req.IdempotencyKey))
+		}
+	}
 	var results []db.EnqueueResult
-	err = s.update(ctx, func(w *writer) error {
+	err = s.updatePlan(ctx, plan, func(w *writer) error {
 		results = make([]db.EnqueueResult, len(reqs))
 		for i, req := range reqs {
 			r, err := enqueue(w, req)
@@ -194,16 +231,20 @@ func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
 			return r, err
 		}
 	}
-	rec, ev := db.Enqueue(w.newID(), req, w.now)
-	_, created, err := insertJob(w, &rec)
+	// The id comes from the sequence in the insert itself, so that an
+	// enqueue that finds its key taken uses none; no column of the row
+	// depends on it.
+	rec, _ := db.Enqueue(0, req, w.now)
+	id, created, err := insertJob(w, &rec, true)
 	if err != nil {
 		return db.EnqueueResult{}, err
 	}
 	if !created {
-		// Taken since the look above: only by a transaction outside the
-		// batches' order (the head lock), which nothing fenceq runs is.
+		// Taken since the look above: only by a transaction that did not
+		// hold the key's lock (opPlan), which nothing fenceq runs does.
 		return db.EnqueueResult{}, fmt.Errorf("idempotency key %q of queue %q was taken during the enqueue", req.IdempotencyKey, req.Queue)
 	}
+	rec, ev := db.Enqueue(id, req, w.now)
 	w.audit(ev)
 	if err := moved(w, nil, &rec); err != nil {
 		return db.EnqueueResult{}, err
@@ -215,7 +256,7 @@ func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
 // what it returns: the rules decide, this only writes.
 func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (db.Job, error) {
 	var job db.Job
-	err := s.update(ctx, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{id}}, func(w *writer) error {
 		rec, err := changeIn(w, id, transition)
 		if err == nil {
 			job = rec.Job()
@@ -226,9 +267,15 @@ func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.J
 }
 
 func changeIn(w *writer, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (*db.JobRecord, error) {
-	old, err := getJob(w.ctx, w.tx, id, true)
-	if err != nil {
-		return nil, err
+	var old *db.JobRecord
+	if r, ok := w.locked[id]; ok {
+		c := r.Clone()
+		old = &c
+	} else {
+		var err error
+		if old, err = getJob(w.ctx, w.tx, id, true); err != nil {
+			return nil, err
+		}
 	}
 	next, ev, err := transition(old, w.now)
 	if err != nil {
@@ -282,7 +329,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 		job  db.Job
 		jobs []db.Job
 	)
-	err := s.update(ctx, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}}, func(w *writer) error {
 		rec, err := changeIn(w, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 			return db.Complete(old, req, now)
 		})
@@ -382,7 +429,11 @@ func (s *Store) ListJobs(ctx context.Context, req db.ListRequest) (db.JobPage, e
 }
 
 func queryJobs(ctx context.Context, q querier, sql string, args ...any) ([]*db.JobRecord, error) {
-	rows, err := q.Query(ctx, sql, args...)
+	return scanJobs(q.Query(ctx, sql, args...))
+}
+
+// scanJobs reads rows of jobColumns.
+func scanJobs(rows pgx.Rows, err error) ([]*db.JobRecord, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -475,6 +526,7 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 				return err
 			}
 			ids = append(ids, uint64(id))
+			delete(w.locked, uint64(id))
 			w.count(q, db.State(st), -1)
 		}
 		rows.Close()

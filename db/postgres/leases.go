@@ -92,7 +92,7 @@ type heldBy struct {
 func (s *Store) acquireLease(ctx context.Context, req db.AcquireLeaseRequest, holder string, ttl time.Duration) (db.Lease, *heldBy, error) {
 	var out db.Lease
 	var held *heldBy
-	err := s.update(ctx, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{keys: []string{leaseKey(req.Name)}}, func(w *writer) error {
 		held = nil
 		old, err := getLease(w.ctx, w.tx, req.Name, true)
 		if err != nil {
@@ -122,7 +122,7 @@ func (s *Store) RenewLease(ctx context.Context, req db.RenewLeaseRequest) (db.Le
 		return db.Lease{}, err
 	}
 	var out db.Lease
-	err = s.update(ctx, func(w *writer) error {
+	err = s.updatePlan(ctx, opPlan{keys: []string{leaseKey(req.Name)}}, func(w *writer) error {
 		old, err := getLease(w.ctx, w.tx, req.Name, true)
 		if err != nil {
 			return err
@@ -152,7 +152,7 @@ func (s *Store) ReleaseLease(ctx context.Context, req db.ReleaseLeaseRequest) (d
 		return db.Lease{}, err
 	}
 	var out db.Lease
-	err = s.update(ctx, func(w *writer) error {
+	err = s.updatePlan(ctx, opPlan{keys: []string{leaseKey(req.Name)}}, func(w *writer) error {
 		old, err := getLease(w.ctx, w.tx, req.Name, true)
 		if err != nil {
 			return err

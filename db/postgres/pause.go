@@ -9,7 +9,7 @@ import (
 )
 
 // Queue pause and resume: a row of fenceq_paused per paused queue. Claims
-// read it in their own transaction (unpaused), so no claim path — a
+// read it in their own transaction (candidatesSQL), so no claim path — a
 // claim, a completion's next claim, the hand-off to a waiting long-poll —
 // gives out a job of a paused queue; a resume wakes the long-polls of its
 // queue on every replica.
@@ -21,7 +21,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.Pau
 		return db.PauseResult{}, err
 	}
 	var res db.PauseResult
-	err := s.update(ctx, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{keys: []string{pauseKey}}, func(w *writer) error {
 		var old *db.PauseRecord
 		var r db.PauseRecord
 		var by []byte
@@ -46,6 +46,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.Pau
 			return nil
 		}
 		if next != nil {
+			w.paused = append(w.paused, req.Queue)
 			_, err = w.tx.Exec(w.ctx, `INSERT INTO fenceq_paused (queue, paused_at, paused_by) VALUES ($1, $2, $3)`,
 				req.Queue, next.PausedAt, []byte(next.PausedBy))
 		} else {
@@ -80,25 +81,6 @@ func (s *Store) PausedQueues(ctx context.Context) ([]db.QueuePause, error) {
 		out = append(out, r.Pause(q))
 	}
 	return out, s.readError(rows.Err())
-}
-
-// unpaused returns queues without the paused ones, read in w's transaction.
-func unpaused(w *writer, queues []string) ([]string, error) {
-	rows, err := w.tx.Query(w.ctx, `SELECT q FROM unnest($1::text[]) WITH ORDINALITY AS u(q, i)
-		WHERE NOT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = u.q) ORDER BY i`, queues)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]string, 0, len(queues))
-	for rows.Next() {
-		var q string
-		if err := rows.Scan(&q); err != nil {
-			return nil, err
-		}
-		out = append(out, q)
-	}
-	return out, rows.Err()
 }
 
 // isPaused reports whether queue is paused in w's transaction.

@@ -3,11 +3,14 @@
 // operation is one PostgreSQL transaction; concurrent mutations of one
 // replica share a transaction (group commit), each in its own savepoint so
 // that one request's SQL error never fails the others. Every mutation
-// appends to the one audit chain, whose head row a batch locks first: the
-// mutations of all replicas are thereby applied one batch at a time, in
-// the order of the chain. Time is the database's clock (clock_timestamp()
-// once the head is locked), so replicas whose own clocks drift agree on
-// when a lease ends. Long-polls across replicas are woken by LISTEN/NOTIFY.
+// appends to the one audit chain, whose head row a batch locks last, just
+// before its commit: replicas' batches lock and write their rows at once,
+// and only their appends to the chain (and their commits) take turns. A
+// batch takes the other locks its mutations could wait for at its start,
+// in one order (opPlan), so that overlapping batches cannot deadlock.
+// Time is the database's clock (clock_timestamp() at the batch's start),
+// so replicas whose own clocks drift agree on when a lease ends.
+// Long-polls across replicas are woken by LISTEN/NOTIFY.
 package postgres
 
 import (
@@ -15,7 +18,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/fenceq/fenceq/internal/namewait"
+	"hash/fnv"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -29,6 +32,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/namewait"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -94,6 +98,13 @@ type Store struct {
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
+	trips        atomic.Uint64 // round trips of the batches' transactions
+	retries      atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
+	// headHeld sums, over headBatches batches, the time from the audit
+	// head's lock reaching this replica to the commit's answer: a lower
+	// bound on how long each batch kept every replica's appends waiting.
+	headHeld    atomic.Int64
+	headBatches atomic.Uint64
 
 	waiters     waiters
 	nameWaiters namewait.Waiters
@@ -165,8 +176,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// countShards is how many rows each (queue, state) counter is spread over.
-const countShards = 16
+// countShards is how many rows each counter (of jobs per queue and state,
+// of audit actions) is spread over; each replica writes one, picked at
+// random, so that two replicas rarely share one.
+const countShards = 64
 
 // connectError says why the first connection failed: the server refused
 // or could not be reached, or it turned the login down.
@@ -358,19 +371,53 @@ func retryable(err error) bool {
 // again.
 type writeOp struct {
 	fn    func(w *writer) error
+	plan  opPlan
 	err   error
 	tries int
 	done  chan struct{}
 }
 
+// opPlan is what a mutation will lock or create, declared before its batch
+// starts. A batch takes every lock its mutations could wait for at its
+// start, in one order shared by every replica (named locks by key, then
+// job rows by id), and the audit head at its end; the mutations themselves
+// then wait for nothing (claims skip locked rows), so that replicas'
+// batches, which now overlap, cannot deadlock.
+type opPlan struct {
+	jobs []uint64 // job rows it changes by id
+	keys []string // names it must hold alone: idempotency keys, lease names, pauses
+}
+
+// Names of opPlan.keys, each a transaction-level advisory lock.
+func idemKey(queue, key string) string { return "k\x00" + queue + "\x00" + key }
+func leaseKey(name string) string      { return "l\x00" + name }
+
+// pauseKey serializes pauses and resumes of every queue: the limit on
+// paused queues counts them all.
+const pauseKey = "p"
+
+// lockKey is the advisory lock of a plan's key. Two names that share one
+// only wait for each other.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
 // update runs fn inside a transaction shared with other concurrent
 // mutations of this replica and returns after that transaction committed
-// (or failed).
+// (or failed). fn locks nothing it can wait for.
 func (s *Store) update(ctx context.Context, fn func(w *writer) error) error {
+	return s.updatePlan(ctx, opPlan{}, fn)
+}
+
+// updatePlan is update for a mutation that locks or creates what plan
+// says; fn may lock nothing more that it can wait for.
+func (s *Store) updatePlan(ctx context.Context, plan opPlan, fn func(w *writer) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	op := &writeOp{fn: fn, done: make(chan struct{})}
+	op := &writeOp{fn: fn, plan: plan, done: make(chan struct{})}
 	select {
 	case s.writes <- op:
 	case <-s.closing:
@@ -416,26 +463,26 @@ func (s *Store) commitLoop() {
 // changes, notifications), kept apart per mutation so that one rolled back
 // leaves nothing.
 type writer struct {
-	ctx    context.Context
-	tx     pgx.Tx
-	now    time.Time
-	s      *Store
-	nextID *int64 // the batch's next job id
+	ctx context.Context
+	tx  sqlTx
+	now time.Time
+	s   *Store
 	// promoted: a claim of the batch has promoted the due scheduled jobs;
 	// the batch's other claims need not look again.
 	promoted *bool
-	events   []db.AuditEvent
-	counts   map[countKey]int64
-	notify   []string
-	after    []func() // after the commit
-	onAbort  []func() // when this mutation or its batch is rolled back
-}
-
-// newID gives the next job id.
-func (w *writer) newID() uint64 {
-	id := *w.nextID
-	*w.nextID++
-	return uint64(id)
+	// locked are the job rows the batch locked at its start (opPlan.jobs),
+	// as they stand in the transaction: no other transaction can change
+	// them, and the batch's own writes keep them current, so a mutation
+	// reads its row here instead of in a round trip.
+	locked  map[uint64]*db.JobRecord
+	touched []uint64 // ids of locked it changed: forgotten if it rolls back
+	events  []db.AuditEvent
+	counts  map[countKey]int64
+	notify  []string
+	claimed []string // queues it claimed jobs of
+	paused  []string // queues it paused
+	after   []func() // after the commit
+	onAbort []func() // when this mutation or its batch is rolled back
 }
 
 type countKey struct {
@@ -466,68 +513,71 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 	}
 	var (
-		tx   pgx.Tx
-		head auditHead
-		now  time.Time
-		err  error
+		tx     *batchTx
+		now    time.Time
+		locked map[uint64]*db.JobRecord
+		err    error
 	)
 	// A connection the pool still holds may have died with a restart of
-	// the server: nothing was sent yet, so one more attempt is safe.
+	// the server: nothing was applied yet, so one more attempt is safe.
 	for attempt := 0; attempt < 2; attempt++ {
-		tx, head, now, err = s.beginBatch(ctx)
+		tx, now, locked, err = s.beginBatch(ctx, batch)
 		if err == nil || !isConnError(err) {
 			break
 		}
 	}
 	if err != nil {
+		if retryable(err) {
+			s.retries.Add(1)
+			return batch
+		}
 		finish(s.writeError(err))
 		return nil
 	}
 	var all writer
 	all.ctx, all.tx, all.now = ctx, tx, now
-	nextID := head.nextID
 	promoted := false
 	abort := func() {
+		s.endBatch(tx)
 		for _, f := range all.onAbort {
 			f()
 		}
 	}
 	ran := batch[:0:0]
 	for _, op := range batch {
-		w := &writer{ctx: ctx, tx: tx, now: now, s: s, nextID: &nextID, promoted: &promoted}
-		idBefore, promotedBefore := nextID, promoted
-		// A savepoint per mutation, never released: releasing costs a
-		// round trip and frees nothing the commit does not.
+		w := &writer{ctx: ctx, tx: tx, now: now, s: s, promoted: &promoted, locked: locked}
+		promotedBefore := promoted
+		// A savepoint per mutation, sent with its first statement and never
+		// released: releasing costs a round trip and frees nothing the
+		// commit does not.
 		sp := len(batch) > 1
-		if sp {
-			if _, err = tx.Exec(ctx, `SAVEPOINT fenceq_op`); err != nil {
-				_ = tx.Rollback(ctx)
-				abort()
-				finish(s.writeError(err))
-				return nil
-			}
-		}
+		tx.sp = sp
 		err := runOp(op.fn, w)
+		spSent := sp && !tx.sp
+		tx.sp = false
 		if err != nil {
-			nextID, promoted = idBefore, promotedBefore
+			promoted = promotedBefore
+			for _, id := range w.touched {
+				delete(locked, id) // rolled back: read from the database again
+			}
 			for _, f := range w.onAbort {
 				f()
 			}
 		}
 		if err != nil && !db.IsRefusal(err) && !sp {
 			// The only mutation: its failure is the transaction's.
-			_ = tx.Rollback(ctx)
+			s.endBatch(tx)
 			if retryable(err) && op.tries < 3 {
 				op.tries++
+				s.retries.Add(1)
 				return []*writeOp{op}
 			}
 			finish(s.writeError(err))
 			return nil
 		}
 		if err != nil {
-			if sp {
+			if spSent {
 				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceq_op`); rerr != nil {
-					_ = tx.Rollback(ctx)
 					abort()
 					finish(s.writeError(rerr))
 					return nil
@@ -535,6 +585,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			}
 			if retryable(err) && op.tries < 3 {
 				op.tries++
+				s.retries.Add(1)
 				retry = append(retry, op)
 				continue
 			}
@@ -548,28 +599,23 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			all.count(k.queue, k.state, d)
 		}
 		all.notify = append(all.notify, w.notify...)
+		all.claimed = append(all.claimed, w.claimed...)
+		all.paused = append(all.paused, w.paused...)
 		all.after = append(all.after, w.after...)
 		all.onAbort = append(all.onAbort, w.onAbort...)
 		ran = append(ran, op)
 	}
-	if nextID != head.nextID {
-		if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET next_job_id = $1 WHERE id = 1`, nextID); err != nil {
-			_ = tx.Rollback(ctx)
-			abort()
-			finish(s.writeError(err))
-			return nil
-		}
-	}
-	if err := s.finishBatch(&all, head); err != nil {
-		_ = tx.Rollback(ctx)
+	committed, err := s.finishBatch(&all)
+	if err != nil && !committed {
 		abort()
-		if retryable(err) {
+		if retryable(err) || errors.Is(err, errPausedMeanwhile) {
+			s.retries.Add(1)
 			return batch
 		}
 		finish(s.writeError(err))
 		return nil
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err != nil {
 		abort()
 		for _, op := range append(ran, retry...) {
 			op.err = commitError(s, err)
@@ -577,6 +623,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 		return nil
 	}
+	s.endBatch(tx)
 	s.commits.Add(1)
 	s.committedOps.Add(uint64(len(ran)))
 	for _, op := range ran {
@@ -587,6 +634,11 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	}
 	return retry
 }
+
+// errPausedMeanwhile: a queue the batch claimed from was paused by another
+// replica's commit after the batch's claims looked; the batch runs again,
+// and its claims then see the pause.
+var errPausedMeanwhile = errors.New("db: postgres: a queue was paused during the batch")
 
 // commitError is the answer when COMMIT itself failed: if the connection
 // went, the outcome is unknown.
@@ -623,64 +675,189 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 	return fn(w)
 }
 
-type auditHead struct {
-	seq    uint64
-	hash   []byte
-	nextID int64
+// beginBatch starts a batch's transaction in one round trip: BEGIN, the
+// batch's time, then the locks its mutations
+// declared, named locks in key order and then job rows in id order (see
+// opPlan). The audit head is not locked here but at the batch's end.
+//
+// The time is read at the start, before any lock, and may be a little
+// older than the commit. That is safe: every decision about one job (or
+// named lease) is serialized by its row (or advisory) lock, taken after
+// the time was read, so a batch never decides with a time older than one
+// it could not see; and a time read early only makes a lease look live
+// longer and a scheduled job not yet due, never a lease expired early.
+// The audit chain's times are kept from stepping back in finishBatch.
+func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, map[uint64]*db.JobRecord, error) {
+	var jobs []int64
+	var keys []int64
+	for _, op := range batch {
+		for _, id := range op.plan.jobs {
+			if id <= 1<<63-1 {
+				jobs = append(jobs, int64(id))
+			}
+		}
+		for _, k := range op.plan.keys {
+			keys = append(keys, lockKey(k))
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, time.Time{}, nil, err
+	}
+	tx := &batchTx{conn: conn, trips: &s.trips}
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SELECT `+nowSQL, s.clockArg())
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		b.Queue(`SELECT count(*) FROM (SELECT DISTINCT k FROM unnest($1::bigint[]) AS u(k) ORDER BY k) AS u
+			CROSS JOIN LATERAL pg_advisory_xact_lock(u.k)`, slices.Compact(keys))
+	}
+	if len(jobs) > 0 {
+		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, jobs)
+	}
+	tx.trip()
+	br := conn.SendBatch(ctx, b)
+	var ns int64
+	_, err = br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&ns)
+	}
+	if err == nil && len(keys) > 0 {
+		_, err = br.Exec()
+	}
+	locked := map[uint64]*db.JobRecord{}
+	if err == nil && len(jobs) > 0 {
+		var recs []*db.JobRecord
+		if recs, err = scanJobs(br.Query()); err == nil {
+			for _, r := range recs {
+				locked[r.ID] = r
+			}
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.endBatch(tx)
+		return nil, time.Time{}, nil, err
+	}
+	return tx, time.Unix(0, ns).UTC(), locked, nil
 }
 
-// beginBatch starts a batch's transaction: it locks the audit head, which
-// orders this batch among every replica's, and reads the database's clock
-// once the lock is held, so that the times of the chain only grow.
-func (s *Store) beginBatch(ctx context.Context) (pgx.Tx, auditHead, time.Time, error) {
-	var head auditHead
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, head, time.Time{}, err
+// endBatch ends tx (a rollback unless it committed) and gives its
+// connection back.
+func (s *Store) endBatch(tx *batchTx) {
+	if tx.conn == nil {
+		return
 	}
-	var seq, ns int64
-	err = tx.QueryRow(ctx, `SELECT seq, hash, next_job_id, `+nowSQL+` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`, s.clockArg()).
-		Scan(&seq, &head.hash, &head.nextID, &ns)
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, head, time.Time{}, err
+	if tx.conn.Conn().PgConn().TxStatus() != 'I' {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = tx.conn.Exec(ctx, `ROLLBACK`)
+		cancel()
+	}
+	tx.conn.Release()
+	tx.conn = nil
+}
+
+// finishBatch locks the audit head, appends the batch's links after it,
+// moves the counters, queues the notifications and commits: two round
+// trips, the head held for one. committed says whether COMMIT was sent
+// and may have been applied (an error then leaves the outcome unknown).
+func (s *Store) finishBatch(w *writer) (committed bool, err error) {
+	tx := w.tx.(*batchTx)
+	if len(w.events) == 0 && !hasCounts(w.counts) && len(w.notify) == 0 {
+		tx.trip()
+		_, err := tx.conn.Exec(w.ctx, `COMMIT`)
+		return true, err
+	}
+	// The head's lock orders this batch's links among every replica's:
+	// it is held from here to the commit, one round trip. The counters
+	// are written just before it, in the same round trip.
+	b := &pgx.Batch{}
+	s.queueCounts(b, w)
+	nCounts := b.Len()
+	b.Queue(`SELECT seq, hash, last_time FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
+	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
+	if len(claimed) > 0 {
+		// A claim that looked before another replica's pause committed
+		// must not commit after it: the pause's commit came before ours
+		// took the head, so this statement sees it.
+		b.Queue(`SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = ANY($1))`, claimed)
+	}
+	tx.trip()
+	br := tx.conn.SendBatch(w.ctx, b)
+	for i := 0; i < nCounts && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	var head auditHead
+	var seq int64
+	if err == nil {
+		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime)
 	}
 	head.seq = uint64(seq)
-	return tx, head, time.Unix(0, ns).UTC(), nil
+	paused := false
+	if err == nil && len(claimed) > 0 {
+		err = br.QueryRow().Scan(&paused)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if paused {
+		return false, errPausedMeanwhile
+	}
+	locked := time.Now()
+	defer func() {
+		s.headHeld.Add(int64(time.Since(locked)))
+		s.headBatches.Add(1)
+	}()
+	b = &pgx.Batch{}
+	if err := s.queueChain(b, w, head); err != nil {
+		return false, err
+	}
+	b.Queue(`COMMIT`)
+	tx.trip()
+	br = tx.conn.SendBatch(w.ctx, b)
+	for i := 0; i < b.Len(); i++ {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	var pe *pgconn.PgError
+	if err != nil && errors.As(err, &pe) && tx.conn.Conn().PgConn().TxStatus() != 'I' {
+		// A statement the server refused: it skipped the rest, COMMIT too.
+		return false, err
+	}
+	return true, err
 }
 
-// finishBatch appends the batch's audit links after head, moves the
-// counters and queues the notifications, in one round trip.
-func (s *Store) finishBatch(w *writer, head auditHead) error {
-	b := &pgx.Batch{}
-	if len(w.events) > 0 {
-		seqs := make([]int64, 0, len(w.events))
-		subjects := make([]string, 0, len(w.events))
-		links := make([][]byte, 0, len(w.events))
-		counts := map[string]int64{}
-		seq, prev := head.seq, head.hash
-		for _, e := range w.events {
-			l := db.NextAuditLink(seq, prev, w.now, e)
-			v, err := l.Seal()
-			if err != nil {
-				return err
-			}
-			seqs, subjects, links = append(seqs, int64(l.Seq)), append(subjects, l.Subject), append(links, v)
-			for _, k := range db.AuditCountKeys(&l) {
-				counts[k]++
-			}
-			seq, prev = l.Seq, l.Hash
+func hasCounts(counts map[countKey]int64) bool {
+	for _, d := range counts {
+		if d != 0 {
+			return true
 		}
-		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
-		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2 WHERE id = 1`, int64(seq), prev)
-		keys := slices.Sorted(maps.Keys(counts))
-		ns := make([]int64, len(keys))
-		for i, k := range keys {
-			ns[i] = counts[k]
-		}
-		b.Queue(`INSERT INTO fenceq_audit_counts (key, n) SELECT * FROM unnest($1::text[], $2::bigint[])
-			ON CONFLICT (key) DO UPDATE SET n = fenceq_audit_counts.n + excluded.n`, keys, ns)
 	}
+	return false
+}
+
+type auditHead struct {
+	seq      uint64
+	hash     []byte
+	lastTime int64
+}
+
+// queueCounts queues on b the batch's changes to the job counters and the
+// audit counters, each in this replica's shard, in one order (job counts,
+// then audit counts, each by key): a batch takes these row locks before
+// the head's, so that their writes are not part of the head's turn, and
+// two replicas that share a shard wait for each other without a cycle.
+func (s *Store) queueCounts(b *pgx.Batch, w *writer) {
 	if len(w.counts) > 0 {
 		keys := make([]countKey, 0, len(w.counts))
 		for k, d := range w.counts {
@@ -703,12 +880,54 @@ func (s *Store) finishBatch(w *writer, head auditHead) error {
 				ON CONFLICT (queue, state, shard) DO UPDATE SET n = fenceq_job_counts.n + excluded.n`, queues, states, ds, s.shard)
 		}
 	}
+	if len(w.events) > 0 {
+		counts := map[string]int64{}
+		for _, e := range w.events {
+			l := db.NextAuditLink(0, nil, w.now, e) // the keys depend on the event alone
+			for _, k := range db.AuditCountKeys(&l) {
+				counts[k]++
+			}
+		}
+		keys := slices.Sorted(maps.Keys(counts))
+		ns := make([]int64, len(keys))
+		for i, k := range keys {
+			ns[i] = counts[k]
+		}
+		b.Queue(`INSERT INTO fenceq_audit_counts (key, shard, n) SELECT k, $3, d FROM unnest($1::text[], $2::bigint[]) AS u(k, d)
+			ON CONFLICT (key, shard) DO UPDATE SET n = fenceq_audit_counts.n + excluded.n`, keys, ns, s.shard)
+	}
+}
+
+// queueChain queues on b the audit links of w's events after head and the
+// notifications.
+func (s *Store) queueChain(b *pgx.Batch, w *writer, head auditHead) error {
+	if len(w.events) > 0 {
+		seqs := make([]int64, 0, len(w.events))
+		subjects := make([]string, 0, len(w.events))
+		links := make([][]byte, 0, len(w.events))
+		seq, prev := head.seq, head.hash
+		// A batch's time may be older than the newest link's, written by
+		// another replica's batch that started later and committed first:
+		// the chain's times never step back.
+		at := w.now
+		if head.lastTime > at.UnixNano() {
+			at = time.Unix(0, head.lastTime).UTC()
+		}
+		for _, e := range w.events {
+			l := db.NextAuditLink(seq, prev, at, e)
+			v, err := l.Seal()
+			if err != nil {
+				return err
+			}
+			seqs, subjects, links = append(seqs, int64(l.Seq)), append(subjects, l.Subject), append(links, v)
+			seq, prev = l.Seq, l.Hash
+		}
+		b.Queue(`INSERT INTO fenceq_audit (seq, subject, link) SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[])`, seqs, subjects, links)
+		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
+	}
 	if len(w.notify) > 0 {
 		slices.Sort(w.notify)
 		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, slices.Compact(w.notify), s.channel)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return w.tx.SendBatch(w.ctx, b).Close()
+	return nil
 }

@@ -161,6 +161,7 @@ func handOff(w *writer, rec *db.JobRecord, wt *waiter) error {
 	if err := putJob(w, rec, &next); err != nil {
 		return err
 	}
+	w.claimed = append(w.claimed, next.Queue)
 	job := next.Job()
 	w.after = append(w.after, func() { w.s.waiters.deliver(wt, &job) })
 	*rec = next
