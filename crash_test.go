@@ -148,6 +148,59 @@ type crashStats struct {
 	enqueueCalls, claims, stale, fails, heartbeats, noAnswer atomic.Int64
 }
 
+// startCrashLoad starts producers ("p0", "p1", …) and workers
+// ("<run>-w0", …), the i-th of each through clients[i%len(clients)], and
+// returns what stops them and waits until they have; calling it again does
+// nothing.
+func startCrashLoad(clients []*crashClient, acks loadAcks, st *crashStats, queue, run string, producers, workers int) (stop func()) {
+	ch := make(chan struct{})
+	var load sync.WaitGroup
+	for i := range producers {
+		c := clients[i%len(clients)]
+		load.Go(func() { crashProducer(c, acks, st, queue, fmt.Sprintf("p%d", i), ch) })
+	}
+	for i := range workers {
+		c := clients[i%len(clients)]
+		load.Go(func() { crashWorker(c, acks, st, queue, fmt.Sprintf("%s-w%d", run, i), ch) })
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(ch)
+			load.Wait()
+		})
+	}
+}
+
+// checkDrained fails the test unless every job of states is completed, no
+// completion was acknowledged twice, no answer was unexplained, and the
+// load did something.
+func (a *crashAcks) checkDrained(t *testing.T, states map[db.State]int) {
+	t.Helper()
+	wantAllCompleted(t, states)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, d := range a.doubles {
+		t.Errorf("double completion: %s", d)
+	}
+	for _, b := range a.bad {
+		t.Errorf("unexpected answer: %s", b)
+	}
+	if len(a.enqueued) == 0 || len(a.completed) == 0 {
+		t.Fatalf("the load did nothing: %d enqueues and %d completions acknowledged", len(a.enqueued), len(a.completed))
+	}
+}
+
+// wantAllCompleted fails the test for every state but completed in states.
+func wantAllCompleted(t *testing.T, states map[db.State]int) {
+	t.Helper()
+	for state, n := range states {
+		if state != db.StateCompleted {
+			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
+		}
+	}
+}
+
 // crashProducer enqueues until stop, one job or a batch of three at a time.
 func crashProducer(c *crashClient, acks loadAcks, st *crashStats, queue, name string, stop <-chan struct{}) {
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 1))
@@ -468,19 +521,7 @@ func TestCrash_KillNineUnderLoadLosesNothingAcknowledged(t *testing.T) {
 
 	acks := newCrashAcks()
 	st := &crashStats{}
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for i := range 2 {
-		load.Add(1)
-		go func() { defer load.Done(); crashProducer(srv.client, acks, st, queue, fmt.Sprintf("p%d", i), stop) }()
-	}
-	for i := range 4 {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			crashWorker(srv.client, acks, st, queue, fmt.Sprintf("%s-w%d", run, i), stop)
-		}()
-	}
+	stop := startCrashLoad([]*crashClient{srv.client}, acks, st, queue, run, 2, 4)
 
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for range crashes {
@@ -492,8 +533,7 @@ func TestCrash_KillNineUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// file is checked as a crash left it.
 	time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
 	srv.kill()
-	close(stop)
-	load.Wait()
+	stop()
 	crashed := time.Now()
 
 	// Every lease the test gave has run out.
@@ -505,24 +545,9 @@ func TestCrash_KillNineUnderLoadLosesNothingAcknowledged(t *testing.T) {
 	// acknowledged completions alone.
 	srv.start()
 	drained := srv.drain(queue)
-	after := checkAcks(t, path, acks, "after the drain")
-	for state, n := range after {
-		if state != db.StateCompleted {
-			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
-		}
-	}
-
+	acks.checkDrained(t, checkAcks(t, path, acks, "after the drain"))
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
-	for _, d := range acks.doubles {
-		t.Errorf("double completion: %s", d)
-	}
-	for _, b := range acks.bad {
-		t.Errorf("unexpected answer: %s", b)
-	}
-	if len(acks.enqueued) == 0 || len(acks.completed) == 0 {
-		t.Fatalf("the load did nothing: %d enqueues and %d completions acknowledged", len(acks.enqueued), len(acks.completed))
-	}
 	t.Logf("crash: %d SIGKILLs under load in %v; %d enqueues acknowledged (%d calls), %d completions acknowledged, "+
 		"%d claims, %d stale completions refused, %d fails, %d heartbeats, %d calls without an answer; "+
 		"after the last kill %v; %d jobs drained after the restart; none lost, none completed twice",
@@ -804,24 +829,8 @@ func TestBackup_UnderLoadHoldsEverythingAcknowledgedBeforeIt(t *testing.T) {
 	queue := "backup-" + run
 	acks := newCrashAcks()
 	st := &crashStats{}
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for i := range 2 {
-		load.Add(2)
-		go func() { defer load.Done(); crashProducer(srv.client, acks, st, queue, fmt.Sprintf("p%d", i), stop) }()
-		go func() {
-			defer load.Done()
-			crashWorker(srv.client, acks, st, queue, fmt.Sprintf("%s-w%d", run, i), stop)
-		}()
-	}
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		load.Wait()
-	}()
+	stop := startCrashLoad([]*crashClient{srv.client}, acks, st, queue, run, 2, 2)
+	defer stop()
 
 	type backup struct {
 		file      string
@@ -866,8 +875,7 @@ func TestBackup_UnderLoadHoldsEverythingAcknowledgedBeforeIt(t *testing.T) {
 		}
 		backups = append(backups, b)
 	}
-	close(stop)
-	load.Wait()
+	stop()
 	if err := srv.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

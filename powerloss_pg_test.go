@@ -440,11 +440,7 @@ func TestPowerLossPostgres_ACutOfPostgresAndFenceqLosesNothingAcknowledged(t *te
 	if len(final.losses) > 0 {
 		t.Fatalf("after the drain:\n%s", strings.Join(final.losses, "\n"))
 	}
-	for state, n := range final.states {
-		if state != db.StateCompleted {
-			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
-		}
-	}
+	wantAllCompleted(t, final.states)
 	acks := r.acks
 	acks.mu.Lock()
 	defer acks.mu.Unlock()

@@ -510,11 +510,7 @@ func TestPowerLoss_ACutLosesNothingAcknowledged(t *testing.T) {
 	if len(final.losses) > 0 {
 		t.Fatalf("after the drain:\n%s", strings.Join(final.losses, "\n"))
 	}
-	for state, n := range final.states {
-		if state != db.StateCompleted {
-			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
-		}
-	}
+	wantAllCompleted(t, final.states)
 
 	acks.mu.Lock()
 	defer acks.mu.Unlock()

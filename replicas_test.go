@@ -11,11 +11,9 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/postgres"
 	"github.com/fenceq/fenceq/db/postgres/pgtest"
 )
@@ -155,22 +153,11 @@ func TestReplicas_KillNineOneOfThreeUnderLoadLosesNothingAcknowledged(t *testing
 	}
 	acks := newCrashAcks()
 	st := &crashStats{}
-	stop := make(chan struct{})
-	var load sync.WaitGroup
-	for i := range 3 {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			crashProducer(srvs[i].client, acks, st, queue, fmt.Sprintf("p%d", i), stop)
-		}()
+	clients := make([]*crashClient, len(srvs))
+	for i, s := range srvs {
+		clients[i] = s.client
 	}
-	for i := range 6 {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			crashWorker(srvs[i%3].client, acks, st, queue, fmt.Sprintf("%s-w%d", run, i), stop)
-		}()
-	}
+	stop := startCrashLoad(clients, acks, st, queue, run, 3, 6)
 	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	for i := range crashes {
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
@@ -181,8 +168,7 @@ func TestReplicas_KillNineOneOfThreeUnderLoadLosesNothingAcknowledged(t *testing
 	}
 	time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
 	srvs[0].kill()
-	close(stop)
-	load.Wait()
+	stop()
 	for _, s := range srvs[1:] {
 		s.kill()
 	}
@@ -225,23 +211,9 @@ func TestReplicas_KillNineOneOfThreeUnderLoadLosesNothingAcknowledged(t *testing
 		t.Fatal(err)
 	}
 	defer store.Close()
-	after := checkStoreAcks(t, store, acks, "after the drain")
-	for state, n := range after {
-		if state != db.StateCompleted {
-			t.Errorf("after the drain: %d jobs are %s, want every job completed", n, state)
-		}
-	}
+	acks.checkDrained(t, checkStoreAcks(t, store, acks, "after the drain"))
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
-	for _, d := range acks.doubles {
-		t.Errorf("double completion: %s", d)
-	}
-	for _, b := range acks.bad {
-		t.Errorf("unexpected answer: %s", b)
-	}
-	if len(acks.enqueued) == 0 || len(acks.completed) == 0 {
-		t.Fatalf("the load did nothing: %d enqueues and %d completions acknowledged", len(acks.enqueued), len(acks.completed))
-	}
 	t.Logf("replicas crash: %d SIGKILLs of one of three replicas under load in %v; %d enqueues acknowledged (%d calls), %d completions acknowledged, "+
 		"%d claims, %d stale completions refused, %d fails, %d heartbeats, %d calls without an answer; "+
 		"after the last kill %v; %d jobs drained; none lost, none completed twice",
