@@ -415,6 +415,21 @@ type RemoveAuditRequest struct {
 // at most.
 const DefaultRemoveStep = 5_000
 
+// Normalize checks a removal request and fills its default limit, the same
+// for every engine.
+func (req *RemoveAuditRequest) Normalize() error {
+	if req.Limit < 0 {
+		return Errorf(CodeInvalid, "limit must not be negative")
+	}
+	if req.Limit == 0 {
+		req.Limit = DefaultRemoveStep
+	}
+	if req.Through.Seq == 0 || len(req.Through.Hash) != sha256.Size {
+		return Errorf(CodeInvalid, "the last archived record needs its sequence and its %d-byte hash", sha256.Size)
+	}
+	return nil
+}
+
 // RemoveAuditEvent is the audit record of a removal: it names the records
 // removed and the checkpoint left, so that the chain itself says when
 // older records were archived.

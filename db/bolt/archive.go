@@ -14,14 +14,8 @@ import (
 // through req.Through at most, once the caller archived them (see
 // db.Store). It returns the checkpoint after the call.
 func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error) {
-	if req.Limit < 0 {
-		return db.AuditCheckpoint{}, db.Errorf(db.CodeInvalid, "limit must not be negative")
-	}
-	if req.Limit == 0 {
-		req.Limit = db.DefaultRemoveStep
-	}
-	if req.Through.Seq == 0 || len(req.Through.Hash) != sha256.Size {
-		return db.AuditCheckpoint{}, db.Errorf(db.CodeInvalid, "the last archived record needs its sequence and its %d-byte hash", sha256.Size)
+	if err := req.Normalize(); err != nil {
+		return db.AuditCheckpoint{}, err
 	}
 	op := &removeAuditOp{req: req}
 	if err := s.update(ctx, op); err != nil {

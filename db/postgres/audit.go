@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"time"
@@ -206,14 +205,8 @@ func (s *Store) verifyAudit(ctx context.Context, from db.AuditMark, limit int) (
 // older than req.Before, then deletes them, moves the checkpoint and
 // appends the archive record, in one transaction (see db.Store).
 func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error) {
-	if req.Limit < 0 {
-		return db.AuditCheckpoint{}, db.Errorf(db.CodeInvalid, "limit must not be negative")
-	}
-	if req.Limit == 0 {
-		req.Limit = db.DefaultRemoveStep
-	}
-	if req.Through.Seq == 0 || len(req.Through.Hash) != sha256.Size {
-		return db.AuditCheckpoint{}, db.Errorf(db.CodeInvalid, "the last archived record needs its sequence and its %d-byte hash", sha256.Size)
+	if err := req.Normalize(); err != nil {
+		return db.AuditCheckpoint{}, err
 	}
 	var cp db.AuditCheckpoint
 	err := s.update(ctx, func(w *writer) error {
