@@ -99,7 +99,12 @@ func (c *Client) VerifyAudit(ctx context.Context) (AuditReport, error) {
 // rather than end it early), so a nil error means w got the whole file;
 // still, write to a temporary name and rename it when Backup returned nil.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	r := request{method: http.MethodGet, escapedPath: "/v1/backup"}
+	return c.stream(ctx, request{method: http.MethodGet, escapedPath: "/v1/backup"}, w)
+}
+
+// stream copies the answer to r into w, and fails when it ends short of
+// the length the server announced.
+func (c *Client) stream(ctx context.Context, r request, w io.Writer) (int64, error) {
 	resp, err := c.send(ctx, r)
 	if err != nil {
 		return 0, err
@@ -107,10 +112,10 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	defer resp.Body.Close()
 	n, err := io.Copy(w, resp.Body)
 	if err != nil {
-		return n, fmt.Errorf("fenceq: GET /v1/backup: after %d bytes: %w", n, err)
+		return n, fmt.Errorf("fenceq: %s %s: after %d bytes: %w", r.method, r.escapedPath, n, err)
 	}
 	if resp.ContentLength >= 0 && n != resp.ContentLength {
-		return n, fmt.Errorf("fenceq: GET /v1/backup: got %d bytes, the server announced %d", n, resp.ContentLength)
+		return n, fmt.Errorf("fenceq: %s %s: got %d bytes, the server announced %d", r.method, r.escapedPath, n, resp.ContentLength)
 	}
 	return n, nil
 }
@@ -125,16 +130,7 @@ func (c *Client) ArchiveAudit(ctx context.Context, w io.Writer, limit uint64) (i
 	if limit > 0 {
 		r.query = url.Values{"limit": {strconv.FormatUint(limit, 10)}}
 	}
-	resp, err := c.send(ctx, r)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.Copy(w, resp.Body)
-	if err != nil {
-		return n, fmt.Errorf("fenceq: GET /v1/audit/archive: after %d bytes: %w", n, err)
-	}
-	return n, nil
+	return c.stream(ctx, r, w)
 }
 
 // AuditCheckpoint is where the server's stored audit chain begins: the
