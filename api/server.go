@@ -138,6 +138,7 @@ func New(store Store, cfg Config) *Server {
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = replySerializer{}
 	e.Use(s.requestIDs, s.instrument, s.deadline) // requestid.go
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
