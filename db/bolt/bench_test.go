@@ -930,3 +930,48 @@ func BenchmarkBoltOptions(b *testing.B) {
 		})
 	}
 }
+
+// --- batched calls, as the Worker makes them --------------------------------
+
+// BenchmarkDrainBatch drains b.N queued jobs the way client.Worker does with
+// 16 or 64 handlers and no-op handlers: one claim of n jobs, then one
+// CompleteJobs of the n it holds that claims n replacements in the same
+// commit, until the queue is empty. One caller, so a commit is one batch:
+// the store's own cost per job of the Worker's calls.
+func BenchmarkDrainBatch(b *testing.B) {
+	for _, n := range []int{16, 64} {
+		b.Run(fmt.Sprintf("handlers-%d", n), func(b *testing.B) {
+			s := openStore(b)
+			preloadStore(b, s, b.N)
+			ctx := context.Background()
+			claim := db.ClaimRequest{Principal: "bench", Worker: "w", Queues: []string{"bench"}, Max: n}
+			before := commits(s)
+			m := startMeasure(b)
+			held, err := s.ClaimJobs(ctx, claim)
+			for done := 0; err == nil && len(held) > 0; {
+				req := db.CompleteBatchRequest{Items: make([]db.CompleteRequest, len(held))}
+				for i, j := range held {
+					req.Items[i] = db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "bench", Worker: "w", FencingToken: j.FencingToken()}}
+				}
+				if done += len(held); done < b.N {
+					next := claim
+					req.Next = &next
+				}
+				var res db.CompleteBatchResult
+				if res, err = s.CompleteJobs(ctx, req); err == nil {
+					for i, r := range res.Items {
+						if r.Err != nil {
+							err = fmt.Errorf("item %d: %w", i, r.Err)
+						}
+					}
+				}
+				held = res.Next
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.stop()
+			m.report(b.N, commits(s)-before)
+		})
+	}
+}
