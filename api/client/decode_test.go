@@ -22,31 +22,25 @@ func TestDecodeAnswer_SameAsEncodingJSON(t *testing.T) {
 			Jobs []Job `json:"jobs"`
 		}{},
 	}
-	for _, proto := range types {
-		typ := reflect.TypeOf(proto)
-		t.Run(typ.String(), func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) {
-				v := reflect.New(typ)
-				jsonfill.Fill(t, v.Elem())
-				b, err := json.Marshal(v.Interface())
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, got := reflect.New(typ), reflect.New(typ)
-				if err := json.NewDecoder(bytes.NewReader(b)).Decode(want.Interface()); err != nil {
-					t.Fatalf("encoding/json: %v", err)
-				}
-				if err := decodeAnswer(bytes.NewReader(b), got.Interface()); err != nil {
-					t.Fatalf("go-json: %v in %s", err, b)
-				}
-				if !reflect.DeepEqual(want.Interface(), got.Interface()) {
-					t.Fatalf("%s\nencoding/json %#v\ngo-json       %#v", b, want.Interface(), got.Interface())
-				}
-				cut := b[:rapid.IntRange(0, len(b)-1).Draw(t, "cut")]
-				if err := decodeAnswer(bytes.NewReader(cut), reflect.New(typ).Interface()); err == nil {
-					t.Fatalf("go-json decoded a cut answer %q", cut)
-				}
-			})
-		})
-	}
+	jsonfill.Check(t, types, func(t *rapid.T, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		typ := reflect.TypeOf(v).Elem()
+		want, got := reflect.New(typ).Interface(), reflect.New(typ).Interface()
+		if err := json.NewDecoder(bytes.NewReader(b)).Decode(want); err != nil {
+			t.Fatalf("encoding/json: %v", err)
+		}
+		if err := decodeAnswer(bytes.NewReader(b), got); err != nil {
+			t.Fatalf("go-json: %v in %s", err, b)
+		}
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("%s\nencoding/json %#v\ngo-json       %#v", b, want, got)
+		}
+		cut := b[:rapid.IntRange(0, len(b)-1).Draw(t, "cut")]
+		if err := decodeAnswer(bytes.NewReader(cut), reflect.New(typ).Interface()); err == nil {
+			t.Fatalf("go-json decoded a cut answer %q", cut)
+		}
+	})
 }

@@ -7,10 +7,26 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 )
+
+// Check runs check as a subtest per type of protos, each with a rapid
+// property over pointers to random values of that type (Fill).
+func Check(t *testing.T, protos []any, check func(t *rapid.T, v any)) {
+	for _, proto := range protos {
+		typ := reflect.TypeOf(proto)
+		t.Run(typ.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				v := reflect.New(typ)
+				Fill(t, v.Elem())
+				check(t, v.Interface())
+			})
+		})
+	}
+}
 
 var (
 	rawMessageType = reflect.TypeOf(json.RawMessage(nil))
