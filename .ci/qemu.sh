@@ -30,12 +30,11 @@ smoke arm64 qemu-aarch64-static
 smoke armv7 qemu-arm-static -max-db-size 1048576
 
 echo "== lease, db, api and api/client tests as linux/armv7 binaries under qemu-arm-static"
-# 32-bit ARM is where unaligned 64-bit atomics panic and where int is 32
-# bits (msgpack lengths, sizes), and where go-json's unsafe code (api's
-# replies, api/client's answers) would show a word-size mistake: the whole
-# suites run, but for the peak-RSS
-# test, which holds a million jobs and measures this process's memory,
-# not the emulated one's.
+# 32-bit ARM is where unaligned 64-bit atomics panic, where int is 32 bits
+# (msgpack lengths, sizes), and where go-json's unsafe code (api's replies,
+# api/client's answers) would show a word-size mistake: the whole suites
+# run, but for the peak-RSS test, which holds a million jobs and measures
+# this process's memory, not the emulated one's.
 for pkg in lease db db/bolt api api/client; do
   name=${pkg//\//-}
   GOARCH=arm GOARM=7 CGO_ENABLED=0 go test -c -o "$dist/$name.test" "./$pkg"

@@ -17,12 +17,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	gojson "github.com/goccy/go-json"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	gojson "github.com/goccy/go-json"
 )
 
 // DefaultBaseURL is where "fenceq serve" listens unless told otherwise.
