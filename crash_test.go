@@ -178,6 +178,18 @@ func startCrashLoad(clients []*crashClient, acks loadAcks, st *crashStats, queue
 func (a *crashAcks) checkDrained(t *testing.T, states map[db.State]int) {
 	t.Helper()
 	wantAllCompleted(t, states)
+	a.reportAnomalies(t)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.enqueued) == 0 || len(a.completed) == 0 {
+		t.Fatalf("the load did nothing: %d enqueues and %d completions acknowledged", len(a.enqueued), len(a.completed))
+	}
+}
+
+// reportAnomalies fails the test for every completion acknowledged twice
+// and every answer the load could not explain.
+func (a *crashAcks) reportAnomalies(t *testing.T) {
+	t.Helper()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, d := range a.doubles {
@@ -185,9 +197,6 @@ func (a *crashAcks) checkDrained(t *testing.T, states map[db.State]int) {
 	}
 	for _, b := range a.bad {
 		t.Errorf("unexpected answer: %s", b)
-	}
-	if len(a.enqueued) == 0 || len(a.completed) == 0 {
-		t.Fatalf("the load did nothing: %d enqueues and %d completions acknowledged", len(a.enqueued), len(a.completed))
 	}
 }
 
