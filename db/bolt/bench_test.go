@@ -284,6 +284,21 @@ func (r *rawDB) txid(b *testing.B) int64 {
 	return int64(id)
 }
 
+// pageWrites is how many page writes r's commits made since it opened
+// (bbolt's TxStats.Write: one a page, or a run of overflow pages, and one
+// for the meta page).
+func (r *rawDB) pageWrites() int64 {
+	st := r.Stats()
+	return st.TxStats.GetWrite()
+}
+
+// reportPages reports the page writes a commit made since the counts given.
+func (r *rawDB) reportPages(b *testing.B, pages0, txid0 int64) {
+	if n := r.txid(b) - txid0; n > 0 {
+		b.ReportMetric(float64(r.pageWrites()-pages0)/float64(n), "writes/commit")
+	}
+}
+
 func rawKey(i int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(i)+1) }
 
 func rawRecord(state byte) []byte {
@@ -355,6 +370,23 @@ func commits(s *bolt.Store) int64 {
 	return int64(c)
 }
 
+// pageWrites is how many page writes the store's commits made since it
+// opened, counted as rawDB.pageWrites counts them.
+func pageWrites(b testing.TB, s *bolt.Store) int64 {
+	fs, err := s.FileStats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return int64(fs.PageWrites)
+}
+
+// reportPages reports the page writes a commit made since the counts given.
+func reportPages(b *testing.B, s *bolt.Store, pages0, commits0 int64) {
+	if n := commits(s) - commits0; n > 0 {
+		b.ReportMetric(float64(pageWrites(b, s)-pages0)/float64(n), "writes/commit")
+	}
+}
+
 // preloadStore enqueues n jobs in transactions of 1000.
 func preloadStore(b testing.TB, s *bolt.Store, n int) {
 	b.Helper()
@@ -393,19 +425,20 @@ func BenchmarkEnqueue16(b *testing.B) {
 	for _, tc := range rawModes {
 		b.Run(tc.name, func(b *testing.B) {
 			r := openRaw(b, tc.mode)
-			before := r.txid(b)
+			before, pages := r.txid(b), r.pageWrites()
 			m := startMeasure(b)
 			if err := parallel(b.N, benchConcurrency, func(_, i int) error { return r.enqueue(i) }); err != nil {
 				b.Fatal(err)
 			}
 			m.stop()
 			m.report(b.N, r.txid(b)-before)
+			r.reportPages(b, pages, before)
 		})
 	}
 	b.Run("store", func(b *testing.B) {
 		s := openStore(b)
 		ctx := context.Background()
-		before := commits(s)
+		before, pages := commits(s), pageWrites(b, s)
 		m := startMeasure(b)
 		err := parallel(b.N, benchConcurrency, func(_, _ int) error {
 			_, err := s.EnqueueJob(ctx, db.EnqueueRequest{Principal: "bench", Queue: "bench", Payload: benchPayload})
@@ -416,6 +449,7 @@ func BenchmarkEnqueue16(b *testing.B) {
 		}
 		m.stop()
 		m.report(b.N, commits(s)-before)
+		reportPages(b, s, pages, before)
 	})
 }
 
@@ -426,7 +460,7 @@ func BenchmarkDrain16(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			r := openRaw(b, tc.mode)
 			r.preload(b, b.N)
-			before := r.txid(b)
+			before, pages := r.txid(b), r.pageWrites()
 			m := startMeasure(b)
 			err := parallel(b.N, benchConcurrency, func(_, i int) error {
 				if err := r.claim(i); err != nil {
@@ -439,6 +473,7 @@ func BenchmarkDrain16(b *testing.B) {
 			}
 			m.stop()
 			m.report(b.N, r.txid(b)-before)
+			r.reportPages(b, pages, before)
 		})
 	}
 	b.Run("store", func(b *testing.B) {
@@ -945,7 +980,7 @@ func BenchmarkDrainBatch(b *testing.B) {
 			preloadStore(b, s, b.N)
 			ctx := context.Background()
 			claim := db.ClaimRequest{Principal: "bench", Worker: "w", Queues: []string{"bench"}, Max: n}
-			before := commits(s)
+			before, pages := commits(s), pageWrites(b, s)
 			m := startMeasure(b)
 			held, err := s.ClaimJobs(ctx, claim)
 			for done := 0; err == nil && len(held) > 0; {
@@ -972,6 +1007,7 @@ func BenchmarkDrainBatch(b *testing.B) {
 			}
 			m.stop()
 			m.report(b.N, commits(s)-before)
+			reportPages(b, s, pages, before)
 		})
 	}
 }
