@@ -8,33 +8,36 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/fenceq/fenceq/db"
 	bbolt "go.etcd.io/bbolt"
 )
 
-// appendAudit adds a record to the chain in tx, the transaction of the
-// change it describes.
-func appendAudit(tx *bbolt.Tx, now time.Time, e db.AuditEvent) error {
-	meta := tx.Bucket(bucketMeta)
-	var seq uint64
-	var prev []byte
-	if head := meta.Get(metaAuditHead); head != nil {
-		seq, prev = idFromKey(head[:8]), head[8:]
-	}
-	rec := db.NextAuditLink(seq, prev, now, e)
+// audit appends e to the audit chain, in the transaction of the change it
+// describes, with its entry in the subject index. The head and the audit
+// counts it moves are written when the commit ends (flush).
+func (w *writer) audit(e db.AuditEvent) error {
+	seq, prev := w.auditHead()
+	rec := db.NextAuditLink(seq, prev, w.now, e)
 	v, err := rec.Seal()
 	if err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
+	if err := w.tx.Bucket(bucketAudit).Put(u64(rec.Seq), v); err != nil {
 		return err
 	}
-	if err := indexAudit(tx, &rec); err != nil {
+	if err := w.tx.Bucket(bucketAuditSubject).Put(append(auditSubjectPrefix(rec.Subject), u64(rec.Seq)...), nil); err != nil {
 		return err
 	}
-	return meta.Put(metaAuditHead, append(u64(rec.Seq), rec.Hash...))
+	t := w.tail
+	if t.auditCounts == nil {
+		t.auditCounts = map[string]uint64{}
+	}
+	for _, k := range db.AuditCountKeys(&rec) {
+		t.auditCounts[k]++
+	}
+	t.head = auditHead{seq: rec.Seq, hash: rec.Hash, read: true, moved: true}
+	return nil
 }
 
 // auditSubjectPrefix is the subject part of an idx_audit_subject key,
@@ -49,25 +52,6 @@ func auditSubjectPrefix(subject string) []byte {
 		}
 	}
 	return append([]byte(subject), 0)
-}
-
-// indexAudit adds rec to the subject index and the action counters, in the
-// transaction that appends it.
-func indexAudit(tx *bbolt.Tx, rec *db.AuditLink) error {
-	if err := tx.Bucket(bucketAuditSubject).Put(append(auditSubjectPrefix(rec.Subject), u64(rec.Seq)...), nil); err != nil {
-		return err
-	}
-	counts := tx.Bucket(bucketAuditCounts)
-	for _, k := range db.AuditCountKeys(rec) {
-		var n uint64
-		if v := counts.Get([]byte(k)); len(v) == 8 {
-			n = idFromKey(v)
-		}
-		if err := counts.Put([]byte(k), u64(n+1)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // ListAuditBySubject returns the newest records of req.Subject first, found

@@ -410,10 +410,10 @@ func (s *Store) commitBatch(batch []*writeOp) {
 		return
 	}
 	setFill(tx)
-	w := &writer{reader: reader{tx}}
+	w := &writer{reader: reader{tx: tx, tail: &tail{}}}
 	for _, op := range batch {
 		now := s.opts.Now()
-		if op.err = guard(func() error { return op.m.decide(reader{tx}, now) }); op.err != nil {
+		if op.err = guard(func() error { return op.m.decide(w.reader, now) }); op.err != nil {
 			continue // refused: it wrote nothing
 		}
 		w.now = now
@@ -431,6 +431,11 @@ func (s *Store) commitBatch(batch []*writeOp) {
 				return
 			}
 		}
+	}
+	if err := w.flush(); err != nil {
+		_ = tx.Rollback()
+		abort(err)
+		return
 	}
 	if err := tx.Commit(); err != nil {
 		if errors.Is(err, berrors.ErrMaxSizeReached) {
