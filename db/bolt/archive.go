@@ -47,7 +47,11 @@ func (op *removeAuditOp) decide(r reader, now time.Time) error {
 	if through.Seq <= op.cp.Seq {
 		return nil // archived and removed before: a repeated call
 	}
-	if head, _ := r.auditHead(); through.Seq > head {
+	head, _, err := r.auditHead()
+	if err != nil {
+		return err
+	}
+	if through.Seq > head {
 		return db.Errorf(db.CodeInvalid, "audit record %d does not exist (the head is %d)", through.Seq, head)
 	}
 	audit := r.tx.Bucket(bucketAudit)

@@ -17,7 +17,10 @@ import (
 // describes, with its entry in the subject index. The head and the audit
 // counts it moves are written when the commit ends (flush).
 func (w *writer) audit(e db.AuditEvent) error {
-	seq, prev := w.auditHead()
+	seq, prev, err := w.auditHead()
+	if err != nil {
+		return err
+	}
 	rec := db.NextAuditLink(seq, prev, w.now, e)
 	v, err := rec.Seal()
 	if err != nil {

@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"path/filepath"
 	"testing"
 
@@ -202,5 +203,69 @@ func TestSealedAuditRecordIsTheWholeRecordEncoded(t *testing.T) {
 		if !bytes.Equal(gotBytes, wantBytes) {
 			t.Errorf("record %d: stored bytes\n%x\nwant\n%x", i, gotBytes, wantBytes)
 		}
+	}
+}
+
+// A head in meta that is not a sequence and a hash is corruption: a write
+// that would append a link is refused with ErrCorrupt, leaves every link
+// and job as it was, and the store writes again once the head is sound.
+func TestACorruptAuditHeadRefusesAuditedWritesAndOverwritesNoLink(t *testing.T) {
+	clk := newFakeClock()
+	s := mustOpenStore(t, testOptions(clk))
+	for range 3 {
+		mustEnqueue(t, s, db.EnqueueRequest{})
+	}
+	snapshot := func() (links, jobs map[string][]byte, head []byte) {
+		t.Helper()
+		links, jobs = map[string][]byte{}, map[string][]byte{}
+		err := s.bolt.View(func(tx *bbolt.Tx) error {
+			copyAll := func(name []byte, into map[string][]byte) error {
+				return tx.Bucket(name).ForEach(func(k, v []byte) error {
+					into[string(k)] = bytes.Clone(v)
+					return nil
+				})
+			}
+			head = bytes.Clone(tx.Bucket(bucketMeta).Get(metaAuditHead))
+			if err := copyAll(bucketAudit, links); err != nil {
+				return err
+			}
+			return copyAll(bucketJobs, jobs)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return links, jobs, head
+	}
+	links, jobs, head := snapshot()
+	if len(links) != 3 || len(jobs) != 3 || len(head) != 40 {
+		t.Fatalf("before: %d links, %d jobs, a head of %d bytes; want 3, 3 and 40", len(links), len(jobs), len(head))
+	}
+	setHead := func(v []byte) {
+		t.Helper()
+		if err := s.bolt.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaAuditHead, v) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := head[:20] // a sequence and part of a hash: read as before, it would append link 1 again or a link on a cut hash
+	setHead(bad)
+
+	if _, err := s.EnqueueJob(ctx, db.EnqueueRequest{}); !errors.Is(err, db.ErrCorrupt) {
+		t.Errorf("EnqueueJob() with a corrupt audit head: error = %v, want %v", err, db.ErrCorrupt)
+	}
+	if _, err := s.ClaimJobs(ctx, db.ClaimRequest{Principal: "local", Worker: "w1"}); !errors.Is(err, db.ErrCorrupt) {
+		t.Errorf("ClaimJobs() with a corrupt audit head: error = %v, want %v", err, db.ErrCorrupt)
+	}
+	afterLinks, afterJobs, afterHead := snapshot()
+	sameLinks, sameJobs, sameHead := maps.EqualFunc(afterLinks, links, bytes.Equal), maps.EqualFunc(afterJobs, jobs, bytes.Equal), bytes.Equal(afterHead, bad)
+	if !sameLinks || !sameJobs || !sameHead {
+		t.Errorf("the refused writes changed the file: links unchanged %v, jobs unchanged %v, head unchanged %v", sameLinks, sameJobs, sameHead)
+	}
+
+	setHead(head)
+	if _, err := s.EnqueueJob(ctx, db.EnqueueRequest{}); err != nil {
+		t.Fatalf("EnqueueJob() after the head is restored: error = %v", err)
+	}
+	if rep, err := s.VerifyAudit(ctx); err != nil || !rep.OK || rep.HeadSeq != 4 {
+		t.Errorf("VerifyAudit() = %+v, %v; want OK with head 4", rep, err)
 	}
 }

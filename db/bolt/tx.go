@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"time"
 
@@ -51,14 +52,19 @@ type auditHead struct {
 	moved bool // a link was appended: meta's copy is behind
 }
 
-// auditHead returns the chain's head as this transaction has it.
-func (r reader) auditHead() (uint64, []byte) {
+// auditHead returns the chain's head as this transaction has it. A head
+// in meta that is not a sequence and a hash is corruption: appending after
+// it could overwrite a link.
+func (r reader) auditHead() (uint64, []byte, error) {
 	h := &r.tail.head
 	if !h.read {
+		if v := r.tx.Bucket(bucketMeta).Get(metaAuditHead); v != nil && len(v) != 8+sha256.Size {
+			return 0, nil, fmt.Errorf("%w: the audit head is %d bytes, not %d", db.ErrCorrupt, len(v), 8+sha256.Size)
+		}
 		h.seq, h.hash = readAuditHead(r.tx)
 		h.read = true
 	}
-	return h.seq, h.hash
+	return h.seq, h.hash, nil
 }
 
 func (r reader) job(id uint64) (*jobRecord, error)       { return getJob(r.tx, id) }
