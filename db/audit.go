@@ -133,19 +133,7 @@ func DecodeAuditLink(b []byte) (AuditLink, error) {
 
 func decodeLink(b []byte) (AuditLink, error) {
 	var l AuditLink
-	// msgpack v5.4.1 allocates a slice or map as large as its header claims,
-	// so a corrupt header of a few bytes could ask for gigabytes. Skip walks
-	// the value without allocating and fails at the end of b, so after it
-	// every claimed length is bounded by len(b).
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	var rd bytes.Reader
-	rd.Reset(b)
-	dec.Reset(&rd)
-	if err := dec.Skip(); err != nil {
-		return l, err
-	}
-	return l, msgpack.Unmarshal(b, &l)
+	return l, msgrec.Unmarshal(b, &l)
 }
 
 // Record is the link as callers see it.

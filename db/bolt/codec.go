@@ -108,7 +108,8 @@ func errorRecordFields(w *msgrec.Writer, e *errorRecord) {
 // It allocates nothing a corrupt header can inflate (see unmarshalRecord):
 // strings are read by msgpack in pieces of at most 1 MiB, bytes by
 // readRecordBytes, and the error list grows as its elements are read, so
-// a false length fails at the end of the input.
+// a false length fails at the end of the input, and the decoder that read
+// it is not pooled again with what it grew (msgrec.Decode, via decodeJob).
 func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*r = jobRecord{}
 	n, err := dec.DecodeMapLen()

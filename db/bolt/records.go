@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -41,27 +42,12 @@ func encodeRecord(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// unmarshalRecord decodes a stored msgpack value. msgpack v5.4.1 allocates
-// a slice or map as large as its header claims (its allocation limit check
-// is inverted), so a corrupt header of a few bytes could ask for gigabytes.
-// Skip walks the value without allocating and fails at the end of b, so
-// after it every claimed length is bounded by len(b).
-func unmarshalRecord(b []byte, v any) error {
-	if err := decodeWith(b, (*msgpack.Decoder).Skip); err != nil {
-		return err
-	}
-	return msgpack.Unmarshal(b, v)
-}
+// unmarshalRecord decodes a stored msgpack value (msgrec.Unmarshal: no
+// claimed length can make it allocate more than the value's own size).
+func unmarshalRecord(b []byte, v any) error { return msgrec.Unmarshal(b, v) }
 
-// decodeWith runs decode on a pooled decoder reading b.
-func decodeWith(b []byte, decode func(*msgpack.Decoder) error) error {
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	var rd bytes.Reader
-	rd.Reset(b)
-	dec.Reset(&rd)
-	return decode(dec)
-}
+// decodeWith runs decode on a decoder reading b (msgrec.Decode).
+func decodeWith(b []byte, decode func(*msgpack.Decoder) error) error { return msgrec.Decode(b, decode) }
 
 func decodeJob(b []byte) (*jobRecord, error) {
 	// jobRecord decodes itself and bounds its allocations (DecodeMsgpack),

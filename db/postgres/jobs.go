@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	"github.com/jackc/pgx/v5"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -35,7 +36,7 @@ func scanJob(row pgx.Row) (*db.JobRecord, error) {
 	r.ClaimedBy = string(claimedBy)
 	r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt = lease, runAt, created, updated, compAt
 	if len(errs) > 0 {
-		if err := msgpack.Unmarshal(errs, &r.Errors); err != nil {
+		if err := msgrec.Unmarshal(errs, &r.Errors); err != nil {
 			return nil, fmt.Errorf("%w: job %d: errors: %v", db.ErrCorrupt, r.ID, err)
 		}
 	}
@@ -116,7 +117,7 @@ func (w *writer) keepLocked(old, rec *db.JobRecord, errs []byte) error {
 	c.RunAt, c.UpdatedAt, c.CompletedAt, c.LastError = rec.RunAt, rec.UpdatedAt, rec.CompletedAt, rec.LastError
 	c.Errors, c.Result, c.Attestation = nil, nullResult(rec.Result), nullResult(rec.Attestation)
 	if len(errs) > 0 {
-		if err := msgpack.Unmarshal(errs, &c.Errors); err != nil {
+		if err := msgrec.Unmarshal(errs, &c.Errors); err != nil {
 			return err
 		}
 	}
