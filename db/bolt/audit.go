@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -99,7 +100,7 @@ func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectReque
 				return fmt.Errorf("%w: the subject index points at audit record %d, which does not exist", db.ErrCorrupt, seq)
 			}
 			var r db.AuditLink
-			if err := unmarshalRecord(v, &r); err != nil {
+			if err := msgrec.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("%w: audit record %d: %v", db.ErrCorrupt, seq, err)
 			}
 			page.Records = append(page.Records, r.Record())
@@ -188,7 +189,7 @@ func (s *Store) ListAudit(ctx context.Context, after uint64, limit int) ([]db.Au
 		c := tx.Bucket(bucketAudit).Cursor()
 		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
 			var r db.AuditLink
-			if err := unmarshalRecord(v, &r); err != nil {
+			if err := msgrec.Unmarshal(v, &r); err != nil {
 				return fmt.Errorf("%w: audit record %d: %v", db.ErrCorrupt, idFromKey(k), err)
 			}
 			out = append(out, r.Record())

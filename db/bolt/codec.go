@@ -105,7 +105,7 @@ func errorRecordFields(w *msgrec.Writer, e *errorRecord) {
 // reads nil as the zero record; unlike it, it refuses a version above 255
 // instead of truncating it.
 //
-// It allocates nothing a corrupt header can inflate (see unmarshalRecord):
+// It allocates nothing a corrupt header can inflate (see msgrec.Unmarshal):
 // strings are read by msgpack in pieces of at most 1 MiB, bytes by
 // readRecordBytes, and the error list grows as its elements are read, so
 // a false length fails at the end of the input, and the decoder that read

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	"github.com/vmihailenco/msgpack/v5"
 	"pgregory.net/rapid"
 )
@@ -64,7 +65,7 @@ func TestJobRecordCodecMatchesReflection(t *testing.T) {
 		rec := genJobRecord(t)
 		got, want := encodeBothWays(t, rec, (*plainJobRecord)(rec))
 		var back jobRecord
-		if err := unmarshalRecord(got, &back); err != nil {
+		if err := msgrec.Unmarshal(got, &back); err != nil {
 			t.Fatalf("decode error = %v", err)
 		}
 		if !reflect.DeepEqual(&back, rec) {
@@ -85,8 +86,8 @@ func TestJobRecordCodecMatchesReflection(t *testing.T) {
 		}
 		var viaCustom jobRecord
 		var viaReflection plainJobRecord
-		errCustom := unmarshalRecord(other, &viaCustom)
-		errReflection := unmarshalRecord(other, &viaReflection)
+		errCustom := msgrec.Unmarshal(other, &viaCustom)
+		errReflection := msgrec.Unmarshal(other, &viaReflection)
 		if errCustom != nil || errReflection != nil {
 			t.Fatalf("decode of a reordered record: hand-written error = %v, reflective error = %v", errCustom, errReflection)
 		}
@@ -106,10 +107,10 @@ func TestJobRecordDecodeResetsTheRecord(t *testing.T) {
 	for name, in := range map[string][]byte{"nil": {0xc0}, "a smaller record": small} {
 		r := *goldenJobV1()
 		var want jobRecord
-		if err := unmarshalRecord(in, &want); err != nil {
+		if err := msgrec.Unmarshal(in, &want); err != nil {
 			t.Fatal(err)
 		}
-		if err := unmarshalRecord(in, &r); err != nil {
+		if err := msgrec.Unmarshal(in, &r); err != nil {
 			t.Fatalf("%s: decode error = %v", name, err)
 		}
 		if !reflect.DeepEqual(r, want) {
@@ -151,7 +152,7 @@ func TestJobRecordDecodeAllocatesWhatIsThereNotWhatIsClaimed(t *testing.T) {
 
 // BenchmarkJobRecordCodec: a claimed job's record (100-byte payload)
 // encoded and decoded by msgpack's reflection (decoding after the bounding
-// walk of unmarshalRecord) and by jobRecord's own codec (decodeJob), as a
+// walk of msgrec.Unmarshal) and by jobRecord's own codec (decodeJob), as a
 // store operation does inside the commit.
 func BenchmarkJobRecordCodec(b *testing.B) {
 	rec := &jobRecord{V: 1, JobRecord: db.JobRecord{ID: 123456, Queue: "bench", Payload: bytes.Repeat([]byte("x"), 100), State: db.StateClaimed, Attempts: 1, MaxAttempts: 25, Budget: 25, ClaimedBy: "bench|worker-07", LeaseExpiresAt: 1795000000000000000, RunAt: 1794999990000000000, CreatedAt: 1794999990000000000, UpdatedAt: 1795000000000000000}}
@@ -178,7 +179,7 @@ func BenchmarkJobRecordCodec(b *testing.B) {
 	b.Run("decode/reflection", func(b *testing.B) {
 		for b.Loop() {
 			var r plainJobRecord
-			if err := unmarshalRecord(enc, &r); err != nil {
+			if err := msgrec.Unmarshal(enc, &r); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -41,7 +42,7 @@ func leaseRecordOf(l db.LeaseRecord) *leaseRecord {
 
 func decodeLease(name string, b []byte) (*leaseRecord, error) {
 	var r leaseRecord
-	if err := unmarshalRecord(b, &r); err != nil {
+	if err := msgrec.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: lease %q: %v", db.ErrCorrupt, name, err)
 	}
 	if r.V == 0 || r.V > leaseRecordVersion || r.Token == 0 {

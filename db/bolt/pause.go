@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -30,7 +31,7 @@ type pauseRecord struct {
 
 func decodePause(queue string, b []byte) (*db.PauseRecord, error) {
 	var r pauseRecord
-	if err := unmarshalRecord(b, &r); err != nil {
+	if err := msgrec.Unmarshal(b, &r); err != nil {
 		return nil, fmt.Errorf("%w: pause of queue %q: %v", db.ErrCorrupt, queue, err)
 	}
 	if r.V == 0 || r.V > pauseRecordVersion || r.PausedAt == 0 {

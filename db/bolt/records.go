@@ -42,18 +42,11 @@ func encodeRecord(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// unmarshalRecord decodes a stored msgpack value (msgrec.Unmarshal: no
-// claimed length can make it allocate more than the value's own size).
-func unmarshalRecord(b []byte, v any) error { return msgrec.Unmarshal(b, v) }
-
-// decodeWith runs decode on a decoder reading b (msgrec.Decode).
-func decodeWith(b []byte, decode func(*msgpack.Decoder) error) error { return msgrec.Decode(b, decode) }
-
 func decodeJob(b []byte) (*jobRecord, error) {
 	// jobRecord decodes itself and bounds its allocations (DecodeMsgpack),
-	// so the walk unmarshalRecord makes first is not needed here.
+	// so the walk msgrec.Unmarshal makes first is not needed here.
 	var r jobRecord
-	if err := decodeWith(b, r.DecodeMsgpack); err != nil {
+	if err := msgrec.Decode(b, r.DecodeMsgpack); err != nil {
 		return nil, fmt.Errorf("%w: job: %v", db.ErrCorrupt, err)
 	}
 	if r.V == 0 || r.V > jobRecordVersion || r.ID == 0 || !db.ValidState(r.State) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/internal/msgrec"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -143,7 +144,7 @@ func buildAuditIndexes(tx *bbolt.Tx) error {
 	tally := map[string]uint64{}
 	err := audit.ForEach(func(k, v []byte) error {
 		var r db.AuditLink
-		if len(k) != 8 || unmarshalRecord(v, &r) != nil {
+		if len(k) != 8 || msgrec.Unmarshal(v, &r) != nil {
 			return nil
 		}
 		if needSubjects {

@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"time"
 
@@ -58,10 +57,12 @@ type auditHead struct {
 func (r reader) auditHead() (uint64, []byte, error) {
 	h := &r.tail.head
 	if !h.read {
-		if v := r.tx.Bucket(bucketMeta).Get(metaAuditHead); v != nil && len(v) != 8+sha256.Size {
-			return 0, nil, fmt.Errorf("%w: the audit head is %d bytes, not %d", db.ErrCorrupt, len(v), 8+sha256.Size)
-		}
 		h.seq, h.hash = readAuditHead(r.tx)
+		if h.hash == nil { // no head, or one readAuditHead cannot read
+			if v := r.tx.Bucket(bucketMeta).Get(metaAuditHead); v != nil {
+				return 0, nil, fmt.Errorf("%w: the audit head is %d bytes, not a sequence and a hash", db.ErrCorrupt, len(v))
+			}
+		}
 		h.read = true
 	}
 	return h.seq, h.hash, nil
