@@ -355,7 +355,7 @@ func enqueueJob(t *testing.T, base, body string) uint64 {
 const execScript = `case "$FENCEQ_JOB_KIND" in
 echo)  p=$(cat); printf '{"payload":%s,"id":%s,"queue":"%s","attempt":%s,"token":%s,"worker":"%s"}' "$p" "$FENCEQ_JOB_ID" "$FENCEQ_JOB_QUEUE" "$FENCEQ_JOB_ATTEMPT" "$FENCEQ_FENCING_TOKEN" "$FENCEQ_WORKER" ;;
 text)  echo "hello from job $FENCEQ_JOB_ID"; echo "a warning" >&2 ;;
-slow)  sleep 1; echo '"slow but kept"' ;;
+slow)  sleep 2.5; echo '"slow but kept"' ;;
 fail)  echo "first line" >&2; echo "the disk is full" >&2; exit 3 ;;
 esac`
 
@@ -366,8 +366,10 @@ func TestWorkerExec_CompletesFailsAndHeartbeats(t *testing.T) {
 	slow := enqueueJob(t, base, `{"queue":"shell","kind":"slow"}`)
 	fail := enqueueJob(t, base, `{"queue":"shell","kind":"fail","max_attempts":1}`)
 
-	// A 300ms lease: the slow job (1s) is kept only by heartbeats.
-	w := start(t, env, "worker", "--exec", execScript, "--queue", "shell", "--name", "w1", "--lease", "300ms", "--concurrency", "2")
+	// A 1s lease: the slow job (2.5s) is kept only by heartbeats (every 333ms;
+	// a longer lease would not need them, a shorter one is lost to a stall
+	// of a loaded machine).
+	w := start(t, env, "worker", "--exec", execScript, "--queue", "shell", "--name", "w1", "--lease", "1s", "--concurrency", "2")
 	final := func(id uint64) func() bool {
 		return func() bool {
 			s := cliJob(t, base, id)["state"]
@@ -388,7 +390,7 @@ func TestWorkerExec_CompletesFailsAndHeartbeats(t *testing.T) {
 		t.Fatalf("text job = %v; want completed with its stdout as a JSON string", j)
 	}
 	if j := cliJob(t, base, slow); j["state"] != "completed" || j["result"] != "slow but kept" || j["attempts"] != float64(1) {
-		t.Fatalf("slow job = %v; want completed on its first claim (heartbeats kept the 300ms lease)", j)
+		t.Fatalf("slow job = %v; want completed on its first claim (heartbeats kept the 1s lease)", j)
 	}
 	j = cliJob(t, base, fail)
 	if j["state"] != "dead" || !strings.Contains(fmt.Sprint(j["last_error"]), "exit status 3") ||

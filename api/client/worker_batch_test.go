@@ -53,7 +53,7 @@ func TestWorker_OneClaimForTheFreeHandlersOneHeartbeatForAllAndARefusedItemCance
 	startedCh := make(chan started, n)
 	release := make(chan struct{})
 	causes := make(chan error, n)
-	r := startRunner(t, srv.URL, client.WorkerConfig{Name: "w", Queues: []string{"b"}, Concurrency: n, Lease: 300 * time.Millisecond, Wait: time.Second},
+	r := startRunner(t, srv.URL, client.WorkerConfig{Name: "w", Queues: []string{"b"}, Concurrency: n, Lease: time.Second, Wait: time.Second},
 		func(ctx context.Context, job client.Job) (any, any, error) {
 			startedCh <- started{ctx, job}
 			select {
@@ -74,7 +74,7 @@ func TestWorker_OneClaimForTheFreeHandlersOneHeartbeatForAllAndARefusedItemCance
 	}
 
 	// Past the lease, kept by heartbeats: each call carries all four jobs.
-	time.Sleep(450 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	hbs := r.rt.matching("/v1/jobs/heartbeat")
 	if len(hbs) == 0 {
 		t.Fatal("no heartbeat within 1.5 leases")

@@ -132,11 +132,15 @@ func TestWorker_PausedPastItsLease_CompletionIsRefusedAndTheSecondRunnerComplete
 
 	// Runner 2, same worker name, claims the job again after the lease
 	// ran out; its handler runs past its own lease too, kept by heartbeats.
+	// Its lease is longer than runner 1's so that a slow machine (a
+	// heartbeat late by 200 ms) does not lose it.
 	started2, release2 := make(chan started, 1), make(chan struct{})
-	r2 := startRunner(t, srv.URL, cfg, func(ctx context.Context, job client.Job) (any, any, error) {
+	cfg2 := cfg
+	cfg2.Lease = time.Second
+	r2 := startRunner(t, srv.URL, cfg2, func(ctx context.Context, job client.Job) (any, any, error) {
 		started2 <- started{ctx, job}
 		<-release2
-		time.Sleep(450 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond)
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
@@ -216,8 +220,12 @@ func TestWorker_HeartbeatRefused_CancelsTheHandlerAndDoesNotComplete(t *testing.
 	receive(t, started1, "runner 1 claims")
 	r1.rt.pause(func(sent) bool { return true }) // runner 1 is paused: nothing gets out
 
+	// Runner 2 holds the job on a long lease: it must not run out while
+	// runner 1 resumes (runner 1 would claim it again, token 3).
 	started2, release2 := make(chan started, 1), make(chan struct{})
-	r2 := startRunner(t, srv.URL, cfg, func(ctx context.Context, job client.Job) (any, any, error) {
+	cfg2 := cfg
+	cfg2.Lease = 30 * time.Second
+	r2 := startRunner(t, srv.URL, cfg2, func(ctx context.Context, job client.Job) (any, any, error) {
 		started2 <- started{ctx, job}
 		<-release2
 		return "second", nil, nil
@@ -337,11 +345,11 @@ func TestWorker_StopDrainsInFlightJobs(t *testing.T) {
 	first, _ := c.Enqueue(ctx, client.NewJob{Queue: "drain"})
 
 	startedCh, release := make(chan started, 1), make(chan struct{})
-	r := startRunner(t, srv.URL, client.WorkerConfig{Name: "w", Queues: []string{"drain"}, Lease: 300 * time.Millisecond, Wait: time.Second},
+	r := startRunner(t, srv.URL, client.WorkerConfig{Name: "w", Queues: []string{"drain"}, Lease: time.Second, Wait: time.Second},
 		func(ctx context.Context, job client.Job) (any, any, error) {
 			startedCh <- started{ctx, job}
 			<-release
-			time.Sleep(400 * time.Millisecond) // past the lease: heartbeats keep it
+			time.Sleep(1300 * time.Millisecond) // past the lease: heartbeats keep it
 			return "drained", nil, ctx.Err()
 		})
 	receive(t, startedCh, "the first job starts")
