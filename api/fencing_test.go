@@ -39,13 +39,13 @@ func TestAStaleClaimOfTheSameWorkerIsFencedOff(t *testing.T) {
 	ts := newTestServer(t, db.Rules{}, api.Config{})
 	enq := ts.enqueue(`{"queue":"default","payload":{"n":1}}`)
 
-	first := ts.claim(`{"worker":"w1","lease_ms":200}`)
+	first := ts.claim(`{"worker":"w1","lease_ms":1000}`)
 	if first.ID != enq.ID || first.FencingToken != 1 || first.Attempts != 1 || first.ClaimedBy != "local|w1" {
 		t.Fatalf("first claim = id %d token %d attempts %d by %q, want id %d token 1 attempts 1 by local|w1",
 			first.ID, first.FencingToken, first.Attempts, first.ClaimedBy, enq.ID)
 	}
 	// While the lease runs, nobody (not even the same name) gets the job.
-	if r := ts.post("/v1/claim", `{"worker":"w1","lease_ms":200}`); r.status != http.StatusNoContent {
+	if r := ts.post("/v1/claim", `{"worker":"w1","lease_ms":1000}`); r.status != http.StatusNoContent {
 		t.Fatalf("claim during the lease: got %v, want 204", r)
 	}
 
