@@ -4,8 +4,9 @@
 # the smoke checks (internal/smoke: serve on a fresh file, enqueue, claim, a
 # stale fencing token refused, complete, restart, the job still completed;
 # on armv7 also --max-db-size refusing a write past it while reads go on),
-# printing each check. Then the 32-bit-sensitive unit tests (lease, db, db/bolt:
-# 64-bit atomics, bbolt's map) run as an armv7 test binary under qemu-arm.
+# printing each check. Then the 32-bit-sensitive unit tests (lease, db, db/bolt,
+# internal/msgrec, api, api/client: 64-bit atomics, bbolt's map, msgpack
+# lengths of 2 GiB or more) run as armv7 test binaries under qemu-arm.
 #
 # Installs qemu-user-static (Debian bookworm's 7.2) when missing.
 set -euo pipefail
@@ -29,13 +30,13 @@ smoke() { # smoke ARCH EMULATOR [ARGS]
 smoke arm64 qemu-aarch64-static
 smoke armv7 qemu-arm-static -max-db-size 1048576
 
-echo "== lease, db, api and api/client tests as linux/armv7 binaries under qemu-arm-static"
+echo "== lease, db, db/bolt, internal/msgrec, api and api/client tests as linux/armv7 binaries under qemu-arm-static"
 # 32-bit ARM is where unaligned 64-bit atomics panic, where int is 32 bits
 # (msgpack lengths, sizes), and where go-json's unsafe code (api's replies,
 # api/client's answers) would show a word-size mistake: the whole suites
 # run, but for the peak-RSS test, which holds a million jobs and measures
 # this process's memory, not the emulated one's.
-for pkg in lease db db/bolt api api/client; do
+for pkg in lease db db/bolt internal/msgrec api api/client; do
   name=${pkg//\//-}
   GOARCH=arm GOARM=7 CGO_ENABLED=0 go test -c -o "$dist/$name.test" "./$pkg"
   (cd "$pkg" && qemu-arm-static "$dist/$name.test" -test.count=1 -test.timeout=15m -test.skip='PeakRSS' -test.v >"$dist/$name.log" 2>&1) ||

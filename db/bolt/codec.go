@@ -106,7 +106,7 @@ func errorRecordFields(w *msgrec.Writer, e *errorRecord) {
 // instead of truncating it.
 //
 // It allocates nothing a corrupt header can inflate (see msgrec.Unmarshal):
-// strings are read by msgpack in pieces of at most 1 MiB, bytes by
+// short strings are read by msgpack, long ones (str32) and bytes by
 // readRecordBytes, and the error list grows as its elements are read, so
 // a false length fails at the end of the input, and the decoder that read
 // it is not pooled again with what it grew (msgrec.Decode, via decodeJob).
@@ -132,16 +132,16 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 		case "id":
 			r.ID, err = dec.DecodeUint64()
 		case "q":
-			r.Queue, err = dec.DecodeString()
+			r.Queue, err = decodeString(dec)
 		case "k":
-			r.Kind, err = dec.DecodeString()
+			r.Kind, err = decodeString(dec)
 		case "p":
 			r.Payload, err = readRecordBytes(dec)
 		case "pr":
 			r.Priority, err = dec.DecodeInt64()
 		case "s":
 			var s string
-			s, err = dec.DecodeString()
+			s, err = decodeString(dec)
 			r.State = db.State(s)
 		case "a":
 			r.Attempts, err = dec.DecodeUint64()
@@ -150,7 +150,7 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 		case "bu":
 			r.Budget, err = dec.DecodeUint64()
 		case "cb":
-			r.ClaimedBy, err = dec.DecodeString()
+			r.ClaimedBy, err = decodeString(dec)
 		case "lx":
 			r.LeaseExpiresAt, err = dec.DecodeInt64()
 		case "ra":
@@ -162,7 +162,7 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 		case "co":
 			r.CompletedAt, err = dec.DecodeInt64()
 		case "le":
-			r.LastError, err = dec.DecodeString()
+			r.LastError, err = decodeString(dec)
 		case "er":
 			r.Errors, err = decodeErrorRecords(dec, &keyBuf)
 		case "r":
@@ -170,9 +170,9 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 		case "at":
 			r.Attestation, err = readRecordBytes(dec)
 		case "ik":
-			r.IdempotencyKey, err = dec.DecodeString()
+			r.IdempotencyKey, err = decodeString(dec)
 		default:
-			err = dec.Skip()
+			err = msgrec.Skip(dec)
 		}
 		if err != nil {
 			return err
@@ -206,9 +206,9 @@ func decodeErrorRecords(dec *msgpack.Decoder, keyBuf *[recordKeyMax]byte) ([]err
 			case "t":
 				e.At, err = dec.DecodeInt64()
 			case "e":
-				e.Error, err = dec.DecodeString()
+				e.Error, err = decodeString(dec)
 			default:
-				err = dec.Skip()
+				err = msgrec.Skip(dec)
 			}
 			if err != nil {
 				return nil, err
@@ -227,7 +227,7 @@ const recordKeyMax = 8
 // (no field of ours) is read through and returned empty, which matches no
 // field.
 func readRecordKey(dec *msgpack.Decoder, buf *[recordKeyMax]byte) ([]byte, error) {
-	n, err := decodeBytesLen(dec)
+	n, err := msgrec.BytesLen(dec)
 	if err != nil || n <= 0 {
 		return nil, err
 	}
@@ -243,27 +243,27 @@ func readRecordKey(dec *msgpack.Decoder, buf *[recordKeyMax]byte) ([]byte, error
 // allocates the length its header claims before reading; this grows the
 // slice only as the bytes arrive (readArrivingBytes).
 func readRecordBytes(dec *msgpack.Decoder) ([]byte, error) {
-	n, err := decodeBytesLen(dec)
+	n, err := msgrec.BytesLen(dec)
 	if err != nil || n < 0 {
 		return nil, err
 	}
 	return readArrivingBytes(dec, n)
 }
 
-// decodeBytesLen is msgpack's DecodeBytesLen made safe on 32-bit
-// platforms, where it turns a length of 2 GiB or more into a negative int
-// and 4 GiB-1 into -1, its answer for nil: a corrupt header would then
-// read as an absent value instead of failing. No record of ours is 2 GiB.
-func decodeBytesLen(dec *msgpack.Decoder) (int, error) {
+// decodeString is msgpack's DecodeString, but a str32 (or bin32) header
+// is read by readRecordBytes: its length may be read as negative on a
+// 32-bit platform (msgrec.BytesLen), and its bytes arrive before they are
+// allocated. Shorter headers (at most 65535 bytes) go to msgpack.
+func decodeString(dec *msgpack.Decoder) (string, error) {
 	c, err := dec.PeekCode()
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	n, err := dec.DecodeBytesLen()
-	if err == nil && n < 0 && c != msgpcode.Nil {
-		return 0, fmt.Errorf("%w: a length of 2 GiB or more", db.ErrCorrupt)
+	if c != msgpcode.Str32 && c != msgpcode.Bin32 {
+		return dec.DecodeString()
 	}
-	return n, err
+	b, err := readRecordBytes(dec)
+	return string(b), err
 }
 
 // readArrivingBytes reads the n bytes a header claimed, allocating at most

@@ -2,6 +2,7 @@ package bolt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"os"
@@ -132,6 +133,15 @@ func TestDecodeJobOfGarbageReturnsErrCorrupt(t *testing.T) {
 		{"id 0", encode(&noID)},
 		{"unknown state", encode(&badState)},
 		{"deep nesting", bytes.Repeat([]byte{0x91}, 100000)},
+		// The golden record behind an entry whose length is 2 GiB or more:
+		// on 32-bit platforms msgpack reads such a length as negative,
+		// which read the string as empty and the rest as the golden record,
+		// and made the skip of the ext panic (.ci/qemu.sh runs this on armv7).
+		{"a string of 4 GiB-1 before the golden", withEntry(t, valid, 0xa2, 'c', 'b', 0xdb, 0xff, 0xff, 0xff, 0xff)},
+		{"a string of 2 GiB before the golden", withEntry(t, valid, 0xa1, 'q', 0xdb, 0x80, 0, 0, 0)},
+		{"result bytes of 2 GiB before the golden", withEntry(t, valid, 0xa1, 'r', 0xc6, 0x80, 0, 0, 0)},
+		{"an unknown ext of 2 GiB before the golden", withEntry(t, valid, 0xa2, 'z', 'z', 0xc9, 0x80, 0, 0, 0, 0x05)},
+		{"an unknown array of 2 GiB entries before the golden", withEntry(t, valid, 0xa2, 'z', 'z', 0xdd, 0x80, 0, 0, 0)},
 	}
 	for n := range len(valid) {
 		tests = append(tests, struct {
@@ -143,6 +153,13 @@ func TestDecodeJobOfGarbageReturnsErrCorrupt(t *testing.T) {
 		rec, err := decodeJob(tt.in)
 		if !errors.Is(err, db.ErrCorrupt) || rec != nil {
 			t.Errorf("decodeJob(%s) = %v, %v; want nil, %v", tt.name, rec, err, db.ErrCorrupt)
+		}
+	}
+	// Those are refused for their length alone: the same entries of a true
+	// length decode to the golden record.
+	for _, entry := range [][]byte{{0xa2, 'z', 'z', 0xdb, 0, 0, 0, 1, 'x'}, {0xa2, 'z', 'z', 0xc9, 0, 0, 0, 1, 0x05, 'x'}, {0xa2, 'z', 'z', 0xdd, 0, 0, 0, 1, 0xc0}} {
+		if rec, err := decodeJob(withEntry(t, valid, entry...)); err != nil || !reflect.DeepEqual(*rec, *golden) {
+			t.Errorf("decodeJob(golden behind % x) = %+v, %v; want the golden record", entry, rec, err)
 		}
 	}
 }
@@ -223,4 +240,26 @@ func TestACorruptStoredRecordIsReportedAsErrCorrupt(t *testing.T) {
 	if _, err := s.EnqueueJob(ctx, db.EnqueueRequest{Queue: "other"}); err != nil {
 		t.Errorf("EnqueueJob() after a corrupt record: error = %v, want nil", err)
 	}
+}
+
+// withEntry returns the record rec (a msgpack map) with one more entry,
+// entry's bytes, before its own.
+func withEntry(t *testing.T, rec []byte, entry ...byte) []byte {
+	t.Helper()
+	var n, header int
+	switch {
+	case rec[0]&0xf0 == 0x80:
+		n, header = int(rec[0]&0x0f), 1
+	case rec[0] == 0xde:
+		n, header = int(binary.BigEndian.Uint16(rec[1:3])), 3
+	default:
+		t.Fatalf("record starts with % x, not a map of fewer than 65536 entries", rec[:1])
+	}
+	var out []byte
+	if n+1 < 16 {
+		out = append(out, 0x80|byte(n+1))
+	} else {
+		out = binary.BigEndian.AppendUint16(append(out, 0xde), uint16(n+1))
+	}
+	return append(append(out, entry...), rec[header:]...)
 }

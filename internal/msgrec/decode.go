@@ -34,9 +34,10 @@ func Decode(b []byte, decode func(*msgpack.Decoder) error) error {
 // walked b whole. msgpack v5.4.1 allocates a slice or map as large as its
 // header claims (its allocation limit check is inverted), so a corrupt
 // header of a few bytes could ask for gigabytes; after a successful walk
-// every claimed length is bounded by len(b).
+// every claimed length is bounded by len(b), and none is read as negative
+// on a 32-bit platform.
 func Unmarshal(b []byte, v any) error {
-	if err := Decode(b, (*msgpack.Decoder).Skip); err != nil {
+	if err := Decode(b, Skip); err != nil {
 		return err
 	}
 	return msgpack.Unmarshal(b, v)

@@ -1,0 +1,90 @@
+package msgrec
+
+import (
+	"errors"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// ErrTooLong is a length header of 2 GiB or more. No record is that large.
+var ErrTooLong = errors.New("msgpack: a length of 2 GiB or more")
+
+// BytesLen is msgpack's DecodeBytesLen, refusing what a 32-bit platform
+// would read as a negative length: msgpack turns a length of 2 GiB or
+// more into a negative int there, and 4 GiB-1 into -1, its answer for nil,
+// so a corrupt header would read as an absent value instead of failing.
+func BytesLen(dec *msgpack.Decoder) (int, error) {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return 0, err
+	}
+	n, err := dec.DecodeBytesLen()
+	if err == nil && n < 0 && c != msgpcode.Nil {
+		return 0, ErrTooLong
+	}
+	return n, err
+}
+
+// Skip reads one value whole, as msgpack's Skip does, but refuses a length
+// of 2 GiB or more (ErrTooLong). On 32-bit platforms msgpack v5.4.1's Skip
+// takes a string or bin of such a length as empty and goes on reading
+// inside it, and panics on such an ext.
+func Skip(dec *msgpack.Decoder) error {
+	c, err := dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	var n int
+	switch {
+	case msgpcode.IsString(c) || msgpcode.IsBin(c):
+		if n, err = BytesLen(dec); err != nil || n <= 0 {
+			return err
+		}
+		return discard(dec, n)
+	case msgpcode.IsExt(c):
+		if _, n, err = dec.DecodeExtHeader(); err != nil {
+			return err
+		}
+		if n < 0 {
+			return ErrTooLong
+		}
+		return discard(dec, n)
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		if n, err = dec.DecodeArrayLen(); err != nil {
+			return err
+		}
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		if n, err = dec.DecodeMapLen(); err != nil {
+			return err
+		}
+		if n < 0 || n > 1<<30 {
+			return ErrTooLong
+		}
+		n *= 2 // keys and values
+	default:
+		return dec.Skip() // a fixed size, or nil
+	}
+	if n < 0 {
+		return ErrTooLong
+	}
+	for range n {
+		if err := Skip(dec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// discard reads n bytes and drops them.
+func discard(dec *msgpack.Decoder, n int) error {
+	var buf [512]byte
+	for n > 0 {
+		k := min(n, len(buf))
+		if err := dec.ReadFull(buf[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
