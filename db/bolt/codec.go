@@ -112,7 +112,7 @@ func errorRecordFields(w *msgrec.Writer, e *errorRecord) {
 // it is not pooled again with what it grew (msgrec.Decode, via decodeJob).
 func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 	*r = jobRecord{}
-	n, err := dec.DecodeMapLen()
+	n, err := msgrec.MapLen(dec)
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 }
 
 func decodeErrorRecords(dec *msgpack.Decoder, keyBuf *[recordKeyMax]byte) ([]errorRecord, error) {
-	n, err := dec.DecodeArrayLen()
+	n, err := msgrec.ArrayLen(dec)
 	if err != nil || n < 0 {
 		return nil, err // n < 0: nil
 	}
@@ -191,7 +191,7 @@ func decodeErrorRecords(dec *msgpack.Decoder, keyBuf *[recordKeyMax]byte) ([]err
 	for range n {
 		out = append(out, errorRecord{})
 		e := &out[len(out)-1]
-		m, err := dec.DecodeMapLen()
+		m, err := msgrec.MapLen(dec)
 		if err != nil {
 			return nil, err
 		}

@@ -142,6 +142,8 @@ func TestDecodeJobOfGarbageReturnsErrCorrupt(t *testing.T) {
 		{"result bytes of 2 GiB before the golden", withEntry(t, valid, 0xa1, 'r', 0xc6, 0x80, 0, 0, 0)},
 		{"an unknown ext of 2 GiB before the golden", withEntry(t, valid, 0xa2, 'z', 'z', 0xc9, 0x80, 0, 0, 0, 0x05)},
 		{"an unknown array of 2 GiB entries before the golden", withEntry(t, valid, 0xa2, 'z', 'z', 0xdd, 0x80, 0, 0, 0)},
+		{"an error list of 2 GiB entries before the golden", withEntry(t, valid, 0xa2, 'e', 'r', 0xdd, 0x80, 0, 0, 0)},
+		{"an error of 2 GiB fields before the golden", withEntry(t, valid, 0xa2, 'e', 'r', 0x91, 0xdf, 0x80, 0, 0, 0)},
 	}
 	for n := range len(valid) {
 		tests = append(tests, struct {

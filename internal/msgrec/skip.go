@@ -15,11 +15,25 @@ var ErrTooLong = errors.New("msgpack: a length of 2 GiB or more")
 // more into a negative int there, and 4 GiB-1 into -1, its answer for nil,
 // so a corrupt header would read as an absent value instead of failing.
 func BytesLen(dec *msgpack.Decoder) (int, error) {
+	return guardLen(dec, dec.DecodeBytesLen)
+}
+
+// ArrayLen is msgpack's DecodeArrayLen, refusing what BytesLen refuses.
+func ArrayLen(dec *msgpack.Decoder) (int, error) {
+	return guardLen(dec, dec.DecodeArrayLen)
+}
+
+// MapLen is msgpack's DecodeMapLen, refusing what BytesLen refuses.
+func MapLen(dec *msgpack.Decoder) (int, error) {
+	return guardLen(dec, dec.DecodeMapLen)
+}
+
+func guardLen(dec *msgpack.Decoder, decodeLen func() (int, error)) (int, error) {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return 0, err
 	}
-	n, err := dec.DecodeBytesLen()
+	n, err := decodeLen()
 	if err == nil && n < 0 && c != msgpcode.Nil {
 		return 0, ErrTooLong
 	}
@@ -51,22 +65,19 @@ func Skip(dec *msgpack.Decoder) error {
 		}
 		return discard(dec, n)
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-		if n, err = dec.DecodeArrayLen(); err != nil {
+		if n, err = ArrayLen(dec); err != nil {
 			return err
 		}
 	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-		if n, err = dec.DecodeMapLen(); err != nil {
+		if n, err = MapLen(dec); err != nil {
 			return err
 		}
-		if n < 0 || n > 1<<30 {
+		if n > 1<<30 {
 			return ErrTooLong
 		}
 		n *= 2 // keys and values
 	default:
 		return dec.Skip() // a fixed size, or nil
-	}
-	if n < 0 {
-		return ErrTooLong
 	}
 	for range n {
 		if err := Skip(dec); err != nil {
