@@ -1,11 +1,13 @@
 package bolt
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +138,66 @@ func TestOpenOfAFileThatIsNotADatabaseReturnsErrCorrupt(t *testing.T) {
 	}
 	if s != nil {
 		s.Close()
+	}
+}
+
+// A file shorter than the pages its meta page counts (a copy cut short)
+// is refused as corrupt, read-write and read-only, and left as it is.
+// Before, bbolt read those pages past the end of its memory map: the test
+// process died of SIGBUS or SIGSEGV, or of a failed page assertion.
+func TestOpenOfACutFileReturnsErrCorruptAndLeavesItAsItIs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fenceq.db")
+	s := mustOpenStoreAt(t, path, Options{})
+	reqs := make([]db.EnqueueRequest, 500)
+	for i := range reqs {
+		reqs[i] = db.EnqueueRequest{Queue: "q", Payload: []byte(`{"pad":"0123456789012345678901234567890123456789"}`)}
+	}
+	for range 4 {
+		if _, err := s.EnqueueJobs(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	_ = raw.View(func(tx *bbolt.Tx) error { used = tx.Size(); return nil })
+	raw.Close()
+	page := int64(os.Getpagesize())
+	if used < 16*page || used > int64(len(full)) {
+		t.Fatalf("the file's pages reach to byte %d of %d; want a file of at least 16 pages", used, len(full))
+	}
+
+	for _, n := range []int64{2 * page, 3*page + 100, used / 2, used - page, used - 1} {
+		cut := filepath.Join(t.TempDir(), "cut.db")
+		if err := os.WriteFile(cut, full[:n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, readOnly := range []bool{false, true} {
+			s, err := Open(cut, Options{ReadOnly: readOnly, LockTimeout: 100 * time.Millisecond})
+			if !errors.Is(err, db.ErrCorrupt) || !strings.Contains(err.Error(), "cut short") {
+				t.Errorf("Open(file cut at %d of %d bytes, read-only %v) error = %v, want %v saying it was cut short", n, used, readOnly, err, db.ErrCorrupt)
+			}
+			if s != nil {
+				s.Close()
+			}
+			if after, err := os.ReadFile(cut); err != nil || !bytes.Equal(after, full[:n]) {
+				t.Errorf("the file cut at %d changed (%d bytes now, %v)", n, len(after), err)
+			}
+		}
+	}
+	// Whole, it opens with every job.
+	s = mustOpenStoreAt(t, path, Options{})
+	if st, err := s.Stats(ctx); err != nil || len(st) != 1 || st[0].Counts[db.StateAvailable] != 2000 {
+		t.Fatalf("the whole file: stats %+v, %v; want 2000 available jobs in q", st, err)
 	}
 }
 

@@ -111,10 +111,14 @@ func Open(path string, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("db: open %s: %w", path, err)
 		}
 	}
-	_, statErr := os.Stat(path)
+	st, statErr := os.Stat(path)
 	created := errors.Is(statErr, os.ErrNotExist) && !opts.ReadOnly
-	bdb, err := bbolt.Open(path, 0o600, &bbolt.Options{
-		Timeout:      opts.LockTimeout,
+	if statErr == nil && st.Size() > 0 {
+		if err := checkNotCut(path, st.Size(), opts); err != nil {
+			return nil, err
+		}
+	}
+	bdb, err := openBolt(path, opts, &bbolt.Options{
 		ReadOnly:     opts.ReadOnly,
 		FreelistType: bbolt.FreelistMapType,
 		// The freelist is not written at each commit (it is rebuilt by a
@@ -126,17 +130,7 @@ func Open(path string, opts Options) (*Store, error) {
 		NoSync:         opts.NoSync,
 	})
 	if err != nil {
-		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, path, opts.LockTimeout)
-		}
-		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
-			return nil, fmt.Errorf("%w: %s is not a fenceq database: %v", db.ErrCorrupt, path, err)
-		}
-		var pathErr *os.PathError
-		if errors.As(err, &pathErr) && pathErr.Path == path {
-			return nil, fmt.Errorf("db: %w", err) // it names the file already
-		}
-		return nil, fmt.Errorf("db: open %s: %w", path, err)
+		return nil, err
 	}
 	if created {
 		// bbolt syncs a new file but not its directory entry: until the
@@ -168,6 +162,48 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	go s.commitLoop()
 	return s, nil
+}
+
+// openBolt opens path with bbolt, naming what went wrong as Open does.
+func openBolt(path string, opts Options, bopts *bbolt.Options) (*bbolt.DB, error) {
+	bopts.Timeout = opts.LockTimeout
+	bdb, err := bbolt.Open(path, 0o600, bopts)
+	if err == nil {
+		return bdb, nil
+	}
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s (gave up after %v)", ErrLocked, path, opts.LockTimeout)
+	}
+	if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
+		return nil, fmt.Errorf("%w: %s is not a fenceq database: %v", db.ErrCorrupt, path, err)
+	}
+	var pathErr *os.PathError
+	if errors.As(err, &pathErr) && pathErr.Path == path {
+		return nil, fmt.Errorf("db: %w", err) // it names the file already
+	}
+	return nil, fmt.Errorf("db: open %s: %w", path, err)
+}
+
+// checkNotCut refuses a file shorter than the pages its meta page says it
+// holds: a copy cut short, a disk that filled during a copy. bbolt maps
+// the file into memory and would read those pages past its end: the
+// process died of SIGBUS, SIGSEGV or a failed page assertion, at the open
+// (a read-write open rebuilds the freelist by reading every page) or at the
+// first read. The meta page is read by a read-only open, which reads no
+// other page.
+func checkNotCut(path string, size int64, opts Options) error {
+	bdb, err := openBolt(path, opts, &bbolt.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer bdb.Close()
+	return bdb.View(func(tx *bbolt.Tx) error {
+		if want := tx.Size(); want > size {
+			return fmt.Errorf("%w: %s is %d bytes, but its pages reach to byte %d: the file was cut short (a partial copy, a full disk?); restore it from a backup",
+				db.ErrCorrupt, path, size, want)
+		}
+		return nil
+	})
 }
 
 // StopWaiting ends every wait, now and later, for a graceful shutdown: a
