@@ -2,6 +2,7 @@ package msgrec
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -43,20 +44,29 @@ func guardLen(dec *msgpack.Decoder, decodeLen func() (int, error)) (int, error) 
 // Skip reads one value whole, as msgpack's Skip does, but refuses a length
 // of 2 GiB or more (ErrTooLong). On 32-bit platforms msgpack v5.4.1's Skip
 // takes a string or bin of such a length as empty and goes on reading
-// inside it, and panics on such an ext.
+// inside it, and panics on such an ext. Only a header with a 32-bit length
+// can claim that much, and only a 32-bit int reads it as negative: every
+// other value is left to msgpack's Skip, but arrays and maps, which are
+// walked here for what they hold.
 func Skip(dec *msgpack.Decoder) error {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return err
 	}
 	var n int
-	switch {
-	case msgpcode.IsString(c) || msgpcode.IsBin(c):
-		if n, err = BytesLen(dec); err != nil || n <= 0 {
+	switch c {
+	case msgpcode.Str32, msgpcode.Bin32, msgpcode.Ext32:
+		if strconv.IntSize == 64 {
+			return dec.Skip() // an int holds every 32-bit length
+		}
+	}
+	switch c {
+	case msgpcode.Str32, msgpcode.Bin32:
+		if n, err = BytesLen(dec); err != nil {
 			return err
 		}
 		return discard(dec, n)
-	case msgpcode.IsExt(c):
+	case msgpcode.Ext32:
 		if _, n, err = dec.DecodeExtHeader(); err != nil {
 			return err
 		}
@@ -64,6 +74,8 @@ func Skip(dec *msgpack.Decoder) error {
 			return ErrTooLong
 		}
 		return discard(dec, n)
+	}
+	switch {
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
 		if n, err = ArrayLen(dec); err != nil {
 			return err
@@ -77,7 +89,7 @@ func Skip(dec *msgpack.Decoder) error {
 		}
 		n *= 2 // keys and values
 	default:
-		return dec.Skip() // a fixed size, or nil
+		return dec.Skip() // a fixed size, nil, or a length below 64 KiB
 	}
 	for range n {
 		if err := Skip(dec); err != nil {
@@ -87,9 +99,13 @@ func Skip(dec *msgpack.Decoder) error {
 	return nil
 }
 
-// discard reads n bytes and drops them.
+// discard reads n bytes and drops them, allocating at most 64 KiB however
+// many bytes are claimed (32-bit platforms only: see Skip).
 func discard(dec *msgpack.Decoder, n int) error {
-	var buf [512]byte
+	if n <= 0 {
+		return nil
+	}
+	buf := make([]byte, min(n, 64<<10))
 	for n > 0 {
 		k := min(n, len(buf))
 		if err := dec.ReadFull(buf[:k]); err != nil {
