@@ -106,12 +106,10 @@ type Store struct {
 // fenceq database.
 func Open(path string, opts Options) (*Store, error) {
 	opts.setDefaults()
-	if opts.ReadOnly {
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("db: open %s: %w", path, err)
-		}
-	}
 	st, statErr := os.Stat(path)
+	if opts.ReadOnly && statErr != nil {
+		return nil, fmt.Errorf("db: open %s: %w", path, statErr)
+	}
 	created := errors.Is(statErr, os.ErrNotExist) && !opts.ReadOnly
 	if statErr == nil && st.Size() > 0 {
 		if err := checkNotCut(path, st.Size(), opts); err != nil {

@@ -30,6 +30,9 @@ func MapLen(dec *msgpack.Decoder) (int, error) {
 }
 
 func guardLen(dec *msgpack.Decoder, decodeLen func() (int, error)) (int, error) {
+	if strconv.IntSize == 64 {
+		return decodeLen() // an int holds every 32-bit length
+	}
 	c, err := dec.PeekCode()
 	if err != nil {
 		return 0, err
@@ -44,29 +47,26 @@ func guardLen(dec *msgpack.Decoder, decodeLen func() (int, error)) (int, error) 
 // Skip reads one value whole, as msgpack's Skip does, but refuses a length
 // of 2 GiB or more (ErrTooLong). On 32-bit platforms msgpack v5.4.1's Skip
 // takes a string or bin of such a length as empty and goes on reading
-// inside it, and panics on such an ext. Only a header with a 32-bit length
-// can claim that much, and only a 32-bit int reads it as negative: every
-// other value is left to msgpack's Skip, but arrays and maps, which are
-// walked here for what they hold.
+// inside it, and panics on such an ext; there Skip walks arrays and maps
+// itself and reads 32-bit lengths itself, the only headers that can claim
+// that much. On 64-bit platforms, where an int holds every 32-bit length,
+// it is msgpack's Skip.
 func Skip(dec *msgpack.Decoder) error {
+	if strconv.IntSize == 64 {
+		return dec.Skip()
+	}
 	c, err := dec.PeekCode()
 	if err != nil {
 		return err
 	}
 	var n int
-	switch c {
-	case msgpcode.Str32, msgpcode.Bin32, msgpcode.Ext32:
-		if strconv.IntSize == 64 {
-			return dec.Skip() // an int holds every 32-bit length
-		}
-	}
-	switch c {
-	case msgpcode.Str32, msgpcode.Bin32:
+	switch {
+	case c == msgpcode.Str32 || c == msgpcode.Bin32:
 		if n, err = BytesLen(dec); err != nil {
 			return err
 		}
 		return discard(dec, n)
-	case msgpcode.Ext32:
+	case c == msgpcode.Ext32:
 		if _, n, err = dec.DecodeExtHeader(); err != nil {
 			return err
 		}
@@ -74,8 +74,6 @@ func Skip(dec *msgpack.Decoder) error {
 			return ErrTooLong
 		}
 		return discard(dec, n)
-	}
-	switch {
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
 		if n, err = ArrayLen(dec); err != nil {
 			return err
@@ -85,9 +83,9 @@ func Skip(dec *msgpack.Decoder) error {
 			return err
 		}
 		if n > 1<<30 {
-			return ErrTooLong
+			return ErrTooLong // twice that, keys and values, is no int
 		}
-		n *= 2 // keys and values
+		n *= 2
 	default:
 		return dec.Skip() // a fixed size, nil, or a length below 64 KiB
 	}
@@ -100,7 +98,7 @@ func Skip(dec *msgpack.Decoder) error {
 }
 
 // discard reads n bytes and drops them, allocating at most 64 KiB however
-// many bytes are claimed (32-bit platforms only: see Skip).
+// many bytes are claimed.
 func discard(dec *msgpack.Decoder, n int) error {
 	if n <= 0 {
 		return nil
