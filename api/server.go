@@ -40,6 +40,7 @@ type Store interface {
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
 	VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error)
 	RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error)
+	ArchiveAudit(ctx context.Context, req db.ArchiveAuditRequest, start func(db.AuditCheckpoint) error, add func(db.AuditRecord) error) error
 
 	// Named leases and token checks (leases.go).
 	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)

@@ -399,6 +399,20 @@ type RemoveAuditRequest struct {
 	Limit int
 }
 
+// ArchiveAuditRequest asks for the stored audit records an archive holds
+// (Store.ArchiveAudit): those after the checkpoint older than Before, at
+// most Limit of them (0: all).
+type ArchiveAuditRequest struct {
+	Before time.Time
+	Limit  uint64
+}
+
+// Archives reports whether the archive takes r, the next stored record
+// after n taken: it must be older than the cut and within the limit.
+func (req ArchiveAuditRequest) Archives(r AuditRecord, n uint64) bool {
+	return r.Time.Before(req.Before) && (req.Limit == 0 || n < req.Limit)
+}
+
 // DefaultRemoveStep is how many audit records one RemoveAudit call removes
 // at most.
 const DefaultRemoveStep = 5_000

@@ -105,6 +105,13 @@ type Store interface {
 	// Through is past the head; CodeConflict when Through.Hash is not the
 	// stored record's or a record to remove is not older than req.Before.
 	RemoveAudit(ctx context.Context, req RemoveAuditRequest) (AuditCheckpoint, error)
+	// ArchiveAudit reads an archive's records from one snapshot of the
+	// log: it calls start with the checkpoint, then add with each stored
+	// record after it, in order, while they are older than req.Before, at
+	// most req.Limit of them (0: all). A removal committed meanwhile
+	// changes nothing it reads. An error from start or add ends the read
+	// and is returned.
+	ArchiveAudit(ctx context.Context, req ArchiveAuditRequest, start func(AuditCheckpoint) error, add func(AuditRecord) error) error
 	// AuditHead returns the newest link and the checkpoint.
 	AuditHead(ctx context.Context) (AuditHead, error)
 	// AuditCounts returns the counters kept with the log.

@@ -64,7 +64,7 @@ func (op *claimOp) apply(w *writer, step int) (bool, error) {
 // available), then claim up to req.Max jobs into got.
 func (s *Store) claimSteps(w *writer, step int, req db.ClaimRequest, got *[]*jobRecord) (more bool, err error) {
 	if step == 0 {
-		return true, s.promoteDue(w, 1000)
+		return true, promote(w, db.PlanPromotion(req.Queues, w.now, true))
 	}
 	if req.Queues = unpausedQueues(w.tx, req.Queues); len(req.Queues) == 0 {
 		return false, nil
@@ -90,18 +90,52 @@ func jobsOf(recs []*jobRecord) []db.Job {
 	return jobs
 }
 
-// promoteDue moves up to limit scheduled jobs whose run_at has come into the
-// ready index, oldest first.
-func (s *Store) promoteDue(w *writer, limit int) error {
+// promote executes a promotion plan (db.Promotion): the due jobs of the
+// plan's queues, oldest first across them (a merge of their cursors in
+// idx_scheduled_queue), then the oldest due jobs of any queue
+// (idx_scheduled), each part within its limit.
+func promote(w *writer, p db.Promotion) error {
+	type head struct {
+		c      *bbolt.Cursor
+		prefix []byte
+		k      []byte
+	}
+	var heads []*head
+	for _, q := range p.Queues {
+		h := &head{c: w.tx.Bucket(bucketScheduledQueue).Cursor(), prefix: queuePrefix(q)}
+		h.k, _ = h.c.Seek(h.prefix)
+		heads = append(heads, h)
+	}
 	var due []uint64
-	c := w.tx.Bucket(bucketScheduled).Cursor()
-	for k, _ := c.First(); k != nil && len(due) < limit; k, _ = c.Next() {
-		if timeFromKey(k, 0) > w.now.UnixNano() {
+	for len(due) < p.QueueLimit {
+		var first *head
+		for _, h := range heads {
+			if h.k == nil || !bytes.HasPrefix(h.k, h.prefix) || !p.Due(timeFromKey(h.k, len(h.prefix))) {
+				continue
+			}
+			if first == nil || bytes.Compare(h.k[len(h.prefix):], first.k[len(first.prefix):]) < 0 {
+				first = h
+			}
+		}
+		if first == nil {
 			break
 		}
+		due = append(due, idFromKey(first.k))
+		first.k, _ = first.c.Next()
+	}
+	if err := promoteIDs(w, due); err != nil {
+		return err
+	}
+	due = due[:0]
+	c := w.tx.Bucket(bucketScheduled).Cursor()
+	for k, _ := c.First(); k != nil && len(due) < p.SweepLimit && p.Due(timeFromKey(k, 0)); k, _ = c.Next() {
 		due = append(due, idFromKey(k))
 	}
-	for _, id := range due {
+	return promoteIDs(w, due)
+}
+
+func promoteIDs(w *writer, ids []uint64) error {
+	for _, id := range ids {
 		old, err := getIndexedJob(w.tx, id)
 		if err != nil {
 			return err

@@ -214,45 +214,42 @@ func (s *Store) timerFired() {
 }
 
 // claimableByTime counts, per queue of queues, the scheduled jobs whose
-// run_at has come and the claims whose lease has expired (up to a bound),
-// and returns the earliest future time at which another becomes claimable.
+// run_at has come (from the queue's own scheduled index, so that other
+// queues' due jobs cannot hide them) and the claims whose lease has
+// expired, up to a bound per queue and index, and returns the earliest
+// future time at which another becomes claimable. A scan stopped at its
+// bound may have left claimable jobs uncounted: it then asks to be run
+// again shortly (next), so that their waiters are woken too.
 func claimableByTime(tx *bbolt.Tx, now time.Time, queues []string) (map[string]int, time.Time) {
 	const bound = 1000
 	due := map[string]int{}
-	waiting := map[string]bool{}
 	queues = unpausedQueues(tx, queues) // a paused queue's jobs wake nobody
-	for _, q := range queues {
-		waiting[q] = true
-	}
 	var next time.Time
 	earliest := func(t time.Time) {
 		if next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
-	c := tx.Bucket(bucketScheduled).Cursor()
-	scanned := 0
-	for k, _ := c.First(); k != nil && scanned < bound; k, _ = c.Next() {
-		scanned++
-		at := time.Unix(0, timeFromKey(k, 0))
-		if at.After(now) {
-			earliest(at)
-			break
-		}
-		if rec, err := getJob(tx, idFromKey(k)); err == nil && waiting[rec.Queue] && due[rec.Queue] < bound {
-			due[rec.Queue]++
-		}
-	}
 	for _, q := range queues {
 		prefix := queuePrefix(q)
-		c := tx.Bucket(bucketClaimed).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && due[q] < bound; k, _ = c.Next() {
-			at := time.Unix(0, timeFromKey(k, len(prefix)))
-			if !lease.Expired(at, now) {
-				earliest(at)
-				break
+		for _, b := range [][]byte{bucketScheduledQueue, bucketClaimed} {
+			c := tx.Bucket(b).Cursor()
+			n := 0
+			k, _ := c.Seek(prefix)
+			for ; k != nil && bytes.HasPrefix(k, prefix) && n < bound; k, _ = c.Next() {
+				at := time.Unix(0, timeFromKey(k, len(prefix)))
+				if !lease.Expired(at, now) { // at is after now
+					earliest(at)
+					break
+				}
+				n++
 			}
-			due[q]++
+			if n == bound && k != nil && bytes.HasPrefix(k, prefix) {
+				earliest(now.Add(time.Millisecond)) // stopped at the bound: look again
+			}
+			if n > 0 {
+				due[q] += n
+			}
 		}
 	}
 	return due, next

@@ -6,6 +6,8 @@ var tests = []test{
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
 	{"AnIncrementalVerificationWalksOnlyWhatWasAppended", testAnIncrementalVerificationWalksOnlyWhatWasAppended},
 	{"ArchivedAuditRecordsAreRemovedLeavingACheckpoint", testArchivedAuditRecordsAreRemovedLeavingACheckpoint},
+	// archive.go
+	{"AnArchiveIsOneSnapshotWhateverARemovalDoesMeanwhile", testAnArchiveIsOneSnapshotWhateverARemovalDoesMeanwhile},
 	// batch.go
 	{"CompleteJobsDecidesEachItemAsTheSingleCallWould", testCompleteJobsDecidesEachItemAsTheSingleCallWould},
 	{"HeartbeatAndFailJobsDecideEachItemAlone", testHeartbeatAndFailJobsDecideEachItemAlone},
@@ -53,6 +55,9 @@ var tests = []test{
 	{"ALongPollOnAPausedQueueWaitsForTheResume", testALongPollOnAPausedQueueWaitsForTheResume},
 	{"APauseOutlivesReopeningTheStore", testAPauseOutlivesReopeningTheStore},
 	{"PauseRefusalsChangeNothing", testPauseRefusalsChangeNothing},
+	// promote.go
+	{"AClaimSeesItsQueuesDueJobWhateverOtherQueuesHold", testAClaimSeesItsQueuesDueJobWhateverOtherQueuesHold},
+	{"ALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold", testALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold},
 	// status.go
 	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
 	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},

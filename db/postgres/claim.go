@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -82,18 +81,21 @@ func (s *Store) claimable(ctx context.Context, queues []string) (found bool, nex
 // at the head goes dead on the way (db.KillExpired).
 func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 	var jobs []db.Job
+	// The claim promotes its queues' due scheduled jobs, and the batch's
+	// first claim those of every queue (db.PlanPromotion), in the same
+	// round trip as its first candidates.
+	plan := db.PlanPromotion(req.Queues, w.now, w.promoted == nil || !*w.promoted)
+	promote := &plan
 	for len(jobs) < req.Max {
 		want := req.Max - len(jobs)
-		// The batch's first claim promotes the due scheduled jobs, in the
-		// same round trip as its candidates.
-		promote := w.promoted == nil || !*w.promoted
 		ready, expired, err := candidates(w, req, want, promote)
 		if err != nil {
 			return nil, err
 		}
-		if promote && w.promoted != nil {
+		if promote != nil && promote.SweepLimit > 0 && w.promoted != nil {
 			*w.promoted = true
 		}
+		promote = nil
 		fetched := 0
 		full := map[string]bool{} // the queue's expired list may go on past what was fetched
 		for _, q := range req.Queues {
@@ -161,14 +163,20 @@ func advance(ready, expired map[string][]*db.JobRecord, queues []string, rec *db
 	}
 }
 
-// promoteLimit bounds how many due scheduled jobs one claim promotes.
-const promoteLimit = 1000
-
-// promoteSQL makes up to $2 scheduled jobs whose run_at ($1) has come
-// available, oldest first, and returns their queues. Rows another
-// transaction holds are skipped.
-const promoteSQL = `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
-	SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+// promoteSQL executes a db.Promotion: it makes available the scheduled
+// jobs of the queues $3 whose run_at has come ($1), up to $2 of them oldest
+// first across the queues, then up to $4 due jobs of any queue, oldest
+// first, and returns their ids and queues. Rows another transaction holds
+// are skipped.
+const promoteSQL = `WITH mine AS (
+	  SELECT s.id FROM unnest($3::text[]) AS q(name), LATERAL (
+	    SELECT id, run_at FROM fenceq_jobs WHERE state = 'scheduled' AND queue = q.name AND run_at <= $1
+	    ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS s
+	  ORDER BY s.run_at, s.id LIMIT $2),
+	anyq AS (
+	  SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= $1 AND id NOT IN (SELECT id FROM mine)
+	  ORDER BY run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+	UPDATE fenceq_jobs SET state = 'available' WHERE id IN (SELECT id FROM mine UNION ALL SELECT id FROM anyq)
 	RETURNING id, queue`
 
 // candidatesSQL locks, per queue of $1 that is not paused, up to $2 of
@@ -187,14 +195,15 @@ const candidatesSQL = `WITH queues AS (
 
 // candidates locks, per unpaused queue of req, up to n of its available
 // jobs in claim order and up to n of its claims whose lease expired (see
-// candidatesSQL). With promote it first promotes the due scheduled jobs of
-// every queue, in the same round trip: the candidates then include them.
+// candidatesSQL). With a promotion plan it first promotes the due
+// scheduled jobs it names, in the same round trip: the candidates then
+// include them.
 // Rows locked by another transaction are skipped. Rows fetched but not
 // claimed stay locked until the commit; others skip them meanwhile.
-func candidates(w *writer, req db.ClaimRequest, n int, promote bool) (ready, expired map[string][]*db.JobRecord, err error) {
+func candidates(w *writer, req db.ClaimRequest, n int, promote *db.Promotion) (ready, expired map[string][]*db.JobRecord, err error) {
 	var recs []*db.JobRecord
-	if promote {
-		recs, err = promoteAndFetch(w, req.Queues, n)
+	if promote != nil {
+		recs, err = promoteAndFetch(w, *promote, req.Queues, n)
 	} else {
 		recs, err = queryJobs(w.ctx, w.tx, candidatesSQL, req.Queues, n, w.now.UnixNano())
 	}
@@ -219,7 +228,10 @@ func candidates(w *writer, req db.ClaimRequest, n int, promote bool) (ready, exp
 	}
 	for _, l := range expired {
 		slices.SortFunc(l, func(a, b *db.JobRecord) int {
-			return cmp.Or(cmp.Compare(a.LeaseExpiresAt, b.LeaseExpiresAt), cmp.Compare(a.ID, b.ID))
+			if db.TakesBackBefore(a, b) {
+				return -1
+			}
+			return 1
 		})
 	}
 	return ready, expired, nil
@@ -286,11 +298,11 @@ func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job
 // a job another replica took).
 const minTimerWait = 5 * time.Millisecond
 
-// promoteAndFetch promotes the due scheduled jobs and fetches the
+// promoteAndFetch promotes the due scheduled jobs p names and fetches the
 // candidates (candidatesSQL) in one round trip.
-func promoteAndFetch(w *writer, queues []string, n int) ([]*db.JobRecord, error) {
+func promoteAndFetch(w *writer, p db.Promotion, queues []string, n int) ([]*db.JobRecord, error) {
 	b := &pgx.Batch{}
-	b.Queue(promoteSQL, w.now.UnixNano(), promoteLimit)
+	b.Queue(promoteSQL, p.DueBy, p.QueueLimit, p.Queues, p.SweepLimit)
 	b.Queue(candidatesSQL, queues, n, w.now.UnixNano())
 	br := w.tx.SendBatch(w.ctx, b)
 	defer br.Close()

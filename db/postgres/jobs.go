@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -502,19 +503,17 @@ func (s *Store) Stats(ctx context.Context) ([]db.QueueStats, error) {
 // SweepOnce deletes up to limit completed or cancelled jobs finished at or
 // before now minus retention, in one transaction.
 func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	if retention < 0 {
-		return 0, db.Errorf(db.CodeInvalid, "retention must not be negative")
-	}
-	if limit <= 0 {
-		limit = db.DefaultSweepBatch
+	if err := db.CheckSweepArgs(retention); err != nil {
+		return 0, err
 	}
 	var deleted int
 	err := s.update(ctx, func(w *writer) error {
 		deleted = 0
-		cutoff := w.now.Add(-retention).UnixNano()
-		rows, err := w.tx.Query(w.ctx, `DELETE FROM fenceq_jobs WHERE id IN (
-			SELECT id FROM fenceq_jobs WHERE state IN ('completed', 'cancelled') AND updated_at <= $1
-			ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id, queue, state`, cutoff, limit)
+		plan, err := db.PlanSweep(retention, limit, w.now)
+		if err != nil {
+			return err
+		}
+		rows, err := w.tx.Query(w.ctx, sweepSQL, plan.FinishedBy, plan.Limit)
 		if err != nil {
 			return err
 		}
@@ -539,10 +538,26 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 		}
 		slices.Sort(ids)
 		deleted = len(ids)
-		w.audit(db.SweepEvent(ids, retention))
+		w.audit(plan.Event(ids))
 		return nil
 	})
 	return deleted, err
+}
+
+// sweepSQL executes a db.Sweep: it deletes up to $2 jobs in db.SweptStates
+// whose updated_at is at or before $1, oldest first. The states are
+// literals, so that the partial index fenceq_jobs_finished serves it.
+var sweepSQL = `DELETE FROM fenceq_jobs WHERE id IN (
+	SELECT id FROM fenceq_jobs WHERE state IN (` + sqlStates(db.SweptStates) + `) AND updated_at <= $1
+	ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id, queue, state`
+
+// sqlStates lists states as SQL literals.
+func sqlStates(states []db.State) string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = "'" + string(st) + "'"
+	}
+	return strings.Join(out, ", ")
 }
 
 // sweepLock is the advisory lock a replica holds while it sweeps.
