@@ -15,10 +15,11 @@ import (
 
 const copyUsage = `fenceq copy --from FILE --to postgres://… copies a bbolt file into an empty
 PostgreSQL database, for moving up from one server to several: jobs (with
-their tokens, results and attestations), named leases and the audit chain,
-which verifies on the target as it did on the file. Stop the server first: the
-file is read as it is, and nothing may write the target meanwhile. A target
-that holds any fenceq job, lease or audit record is refused.
+their tokens, results and attestations), named leases, paused queues and the
+audit chain, which verifies on the target as it did on the file. Stop the
+server first: the file is read as it is, and nothing may write the target
+meanwhile. A target that holds any fenceq job, lease, pause or audit record
+is refused.
 
 Flags:
 `
@@ -51,7 +52,7 @@ func copyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "copied %d jobs, %d leases and %d audit records from %s to %s; the audit chain verifies there (head %d %s)\n",
-		rep.Jobs, rep.Leases, rep.AuditLinks, *from, displayDB(*to), rep.Audit.HeadSeq, rep.Audit.HeadHash)
+	fmt.Fprintf(stdout, "copied %d jobs, %d leases and %d audit records (%d queues paused) from %s to %s; the audit chain verifies there (head %d %s)\n",
+		rep.Jobs, rep.Leases, rep.AuditLinks, rep.Pauses, *from, displayDB(*to), rep.Audit.HeadSeq, rep.Audit.HeadHash)
 	return nil
 }

@@ -217,3 +217,22 @@ func (p *AuditRemoval) Checkpoint(now time.Time) AuditCheckpoint {
 func (p *AuditRemoval) Event() AuditEvent {
 	return RemoveAuditEvent(p.req.Principal, p.removed[0].Seq, p.last.Seq, p.last.Hash)
 }
+
+// StoredKind is a kind of state every engine stores, which a copy from one
+// engine to another ("fenceq copy") must carry.
+type StoredKind string
+
+// The stored kinds. Indexes and counters derived from them are not kinds
+// of their own: an engine rebuilds them from what it stores.
+const (
+	StoredJobs        StoredKind = "jobs"         // job records, with their idempotency keys
+	StoredJobSequence StoredKind = "job sequence" // the last job id issued, so that no id is issued twice
+	StoredLeases      StoredKind = "leases"       // named leases and their tokens
+	StoredPauses      StoredKind = "pauses"       // paused queues
+	StoredAudit       StoredKind = "audit"        // the chain's links, head and checkpoint
+)
+
+// StoredKinds lists every stored kind, in the order a copy carries them.
+// A kind an engine starts to store is added here; the engines' tests then
+// fail until each maps its storage to it and the copy carries it.
+var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit}
