@@ -347,6 +347,19 @@ type AuditSubjectRequest struct {
 	Limit   int    // 0: DefaultListLimit; at most MaxListLimit
 }
 
+// Normalize fills the default limit and refuses, with CodeInvalid, a limit
+// outside 1..MaxListLimit or no subject: the same for every engine.
+func (req *AuditSubjectRequest) Normalize() error {
+	var err error
+	if req.Limit, err = ListLimit(req.Limit); err != nil {
+		return err
+	}
+	if req.Subject == "" {
+		return Errorf(CodeInvalid, "subject is required")
+	}
+	return nil
+}
+
 // AuditPage is a page of audit records. Next is the cursor for the
 // following page (the Before of the next request), 0 when there is none.
 type AuditPage struct {

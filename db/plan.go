@@ -8,6 +8,7 @@ package db
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/hex"
 	"time"
 )
@@ -236,3 +237,17 @@ const (
 // A kind an engine starts to store is added here; the engines' tests then
 // fail until each maps its storage to it and the copy carries it.
 var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit}
+
+// SweepPasses runs sweep transactions (once, an engine's SweepOnce) of
+// DefaultSweepBatch jobs until one removes fewer, and returns how many
+// they removed in all.
+func SweepPasses(ctx context.Context, retention time.Duration, once func(ctx context.Context, retention time.Duration, limit int) (int, error)) (int, error) {
+	total := 0
+	for {
+		n, err := once(ctx, retention, DefaultSweepBatch)
+		total += n
+		if err != nil || n < DefaultSweepBatch {
+			return total, err
+		}
+	}
+}

@@ -66,15 +66,8 @@ func (op *sweepOp) apply(w *writer, _ int) (bool, error) {
 	return false, w.audit(op.plan.Event(op.ids))
 }
 
-// Sweep runs SweepOnce until a pass deletes fewer than a full batch, and
-// returns the total deleted.
+// Sweep runs SweepOnce until a pass deletes fewer than a full batch
+// (db.SweepPasses), and returns the total deleted.
 func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int, error) {
-	total := 0
-	for {
-		n, err := s.SweepOnce(ctx, retention, db.DefaultSweepBatch)
-		total += n
-		if err != nil || n < db.DefaultSweepBatch {
-			return total, err
-		}
-	}
+	return db.SweepPasses(ctx, retention, s.SweepOnce)
 }

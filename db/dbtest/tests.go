@@ -55,6 +55,9 @@ var tests = []test{
 	{"ALongPollOnAPausedQueueWaitsForTheResume", testALongPollOnAPausedQueueWaitsForTheResume},
 	{"APauseOutlivesReopeningTheStore", testAPauseOutlivesReopeningTheStore},
 	{"PauseRefusalsChangeNothing", testPauseRefusalsChangeNothing},
+	// plans.go
+	{"TheSweepCutoffIsTheFinishTimeInclusive", testTheSweepCutoffIsTheFinishTimeInclusive},
+	{"ExpiredClaimsAreTakenBackInTheOrderTheyExpired", testExpiredClaimsAreTakenBackInTheOrderTheyExpired},
 	// promote.go
 	{"AClaimSeesItsQueuesDueJobWhateverOtherQueuesHold", testAClaimSeesItsQueuesDueJobWhateverOtherQueuesHold},
 	{"ALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold", testALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold},

@@ -46,12 +46,8 @@ func (s *Store) auditRows(ctx context.Context, out *[]db.AuditRecord, sql string
 // ListAuditBySubject pages backwards through one subject's records, from
 // the subject index.
 func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error) {
-	var err error
-	if req.Limit, err = db.ListLimit(req.Limit); err != nil {
+	if err := req.Normalize(); err != nil {
 		return db.AuditPage{}, err
-	}
-	if req.Subject == "" {
-		return db.AuditPage{}, db.Errorf(db.CodeInvalid, "subject is required")
 	}
 	before := int64(1<<63 - 1)
 	if req.Before != 0 && req.Before < 1<<63-1 {

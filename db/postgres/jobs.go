@@ -580,14 +580,7 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int, error)
 		return 0, nil
 	}
 	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(sweepLock))
-	total := 0
-	for {
-		n, err := s.SweepOnce(ctx, retention, db.DefaultSweepBatch)
-		total += n
-		if err != nil || n < db.DefaultSweepBatch {
-			return total, err
-		}
-	}
+	return db.SweepPasses(ctx, retention, s.SweepOnce)
 }
 
 // Check compares the sharded counters with the jobs they count, and the
