@@ -9,18 +9,6 @@ import (
 	"time"
 )
 
-func sleepingWaiters(s *Store, queue string) int {
-	s.waiters.mu.Lock()
-	defer s.waiters.mu.Unlock()
-	n := 0
-	for _, w := range s.waiters.byQueue[queue] {
-		if w.sleeping {
-			n++
-		}
-	}
-	return n
-}
-
 // StopWaiting answers a long-polling claim at once with no job, as when its
 // wait runs out, and every claim that comes later too.
 func TestStopWaiting_EndsAClaimWaitWithNoJob(t *testing.T) {
@@ -82,7 +70,7 @@ func TestStopWaiting_AHandedOffJobReachesItsWaiter(t *testing.T) {
 			}
 			got <- jobs
 		}()
-		for deadline := time.Now().Add(5 * time.Second); sleepingWaiters(s, "q") != 1; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(5 * time.Second); s.WaitingClaims("q") != 1; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the claim never went to sleep")
 			}

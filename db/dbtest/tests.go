@@ -65,4 +65,5 @@ var tests = []test{
 	{"CompleteAndClaimJobIsOneCommit", testCompleteAndClaimJobIsOneCommit},
 	{"SweepDeletesFinishedJobsPastRetentionOnly", testSweepDeletesFinishedJobsPastRetentionOnly},
 	{"AJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit", testAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit},
+	{"ALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs", testALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs},
 }
