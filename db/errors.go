@@ -91,4 +91,3 @@ var (
 // of the server's configuration, not of the request: the API answers it 507
 // resource_exhausted, naming the flag.
 var ErrFull = errors.New("db: the store has reached its size limit")
-
