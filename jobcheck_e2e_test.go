@@ -119,4 +119,3 @@ func waitFile(t *testing.T, path string, timeout time.Duration, p *proc) string 
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
