@@ -2,8 +2,9 @@ package main
 
 // The docs cannot drift: the shell blocks of README.md and docs/*.md marked
 // "<!-- test: walkthrough -->" run against the real binary, and every
-// command whose comment promises a status ("# → 409") must print that
-// status as its last word. The conventions are in internal/walkthrough.
+// command that promises a status (it prints "409 (expect 409 …)", or
+// "exit 1 (expect 1 …)" for the command-line client) must print it. The
+// conventions are in internal/walkthrough.
 //
 // The server is started on 127.0.0.1:7420, the address the blocks are
 // written for (another free port when 7420 is taken; the blocks are then
