@@ -64,6 +64,34 @@ func TestHEAD_IsAnsweredWhereverGETIs(t *testing.T) {
 	}
 }
 
+// With an auth file HEAD needs the role GET needs, no more, no less.
+func TestHEAD_NeedsTheRoleOfGET(t *testing.T) {
+	ps, tokens := principals(t)
+	ts := newTestServer(t, db.Rules{}, api.Config{Principals: ps})
+	for _, tc := range []struct {
+		who, path string
+		want      int
+	}{
+		{"producer", "/v1/queues", http.StatusOK},
+		{"worker", "/v1/queues", http.StatusForbidden},
+		{"worker", "/v1/leases", http.StatusOK},
+		{"producer", "/v1/audit", http.StatusForbidden},
+		{"admin", "/v1/audit", http.StatusOK},
+		{"", "/v1/queues", http.StatusUnauthorized},
+		{"", "/healthz", http.StatusOK},
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			req := ts.newRequest(method, tc.path, nil)
+			if tc.who != "" {
+				req.Header.Set("Authorization", "Bearer "+tokens[tc.who])
+			}
+			if r := ts.doRequest(req); r.status != tc.want {
+				t.Errorf("%s %s as %q = %d, want %d", method, tc.path, tc.who, r.status, tc.want)
+			}
+		}
+	}
+}
+
 // The handler itself writes no body for HEAD (curl -I on a proxy that
 // passes bodies through, or a test recorder, sees none).
 func TestHEAD_HandlerWritesNoBody(t *testing.T) {
