@@ -45,7 +45,7 @@ Usage:
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq version [--json]                     print the version, commit and Go version (also --version)
-  fenceq help                                 show this help
+  fenceq help [COMMAND]                       show this help, or a command's (as COMMAND --help)
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
   fenceq enqueue [--queue Q] [--payload JSON|-] [flags]    enqueue a job and print its id
