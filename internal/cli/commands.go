@@ -1,7 +1,7 @@
 package cli
 
 // The client commands: enqueue, get, list, cancel, retry, stats, lease,
-// queue (queue.go), audit verify and backup. Each is one call[T] (below): flags, then the
+// queue (queue.go), audit verify, backup and job check. Each is one call[T] (below): flags, then the
 // client, then a bounded call, then the result printed for people or, with
 // --json, the server's JSON for scripts. The server and token come from
 // --server/--token or FENCEQ_SERVER/FENCEQ_TOKEN. Exit status: 0 done, 1

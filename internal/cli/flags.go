@@ -1,9 +1,10 @@
 // Package cli holds fenceq's command-line commands other than serve and
 // bench: the client commands that talk to a running server (enqueue, get,
-// list, cancel, retry, stats, lease, audit verify, backup), the shell
-// worker (worker --exec) and token new. It also holds the flag conventions
+// list, cancel, retry, stats, lease, queue, audit, backup, job check),
+// the shell worker (worker --exec) and token new. It also holds the flag conventions
 // every command shares, serve and bench included: FENCEQ_<FLAG> variables
-// under the command line, and UsageError for exit status 2.
+// under the command line, one help form (SetUsage: on stdout, exit status
+// 0), and UsageError for exit status 2.
 package cli
 
 import (
