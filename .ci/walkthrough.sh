@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The docs' walkthrough test (walkthrough_test.go, run by "go test" below)
+# The docs' walkthrough test (e2e/walkthrough_test.go, run by .ci/run's "go test ./...")
 # pastes the README's and docs/' shell blocks into bash: they need curl,
 # sed and grep. Install curl when a fresh machine lacks it; the test then
 # fails (it does not skip) if the blocks cannot run.
