@@ -1,6 +1,8 @@
 package engine_test
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -110,4 +112,27 @@ func TestImportRules(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPackageMainIsAtMost500Lines: package main stays thin (flags, the
+// choice of command, serve's wiring); logic lives in internal packages.
+func TestPackageMainIsAtMost500Lines(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{range .GoFiles}}{{$.Dir}}/{{.}}\n{{end}}", ".")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list .: %v", err)
+	}
+	lines := 0
+	for _, f := range strings.Fields(string(out)) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += bytes.Count(b, []byte("\n"))
+	}
+	if lines == 0 || lines > 500 {
+		t.Errorf("package main has %d non-test lines, want 1 to 500: move logic into internal packages", lines)
+	}
+	t.Logf("package main: %d non-test lines", lines)
 }
