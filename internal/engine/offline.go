@@ -17,12 +17,12 @@ import (
 	"github.com/fenceq/fenceq/db/postgres"
 )
 
-// VerifyAudit walks the audit chain of the store path names, offline:
-// a PostgreSQL database in one snapshot, servers running or not; a bbolt
-// file opened read-only. When a server holds the file (its
-// lock is exclusive), it verifies a copy instead; a copy taken while the
-// server commits may be torn, so it is checked with bbolt's consistency
-// check and taken again (a few times) until it is whole.
+// VerifyAudit walks the audit chain of the store path names, offline: a
+// PostgreSQL database in one snapshot, servers running or not; a bbolt file
+// opened read-only. When a server holds the file (its lock is exclusive),
+// it verifies a copy instead; a copy taken while the server commits may be
+// torn, so it is checked with bbolt's consistency check and taken again (a
+// few times) until it is whole.
 func VerifyAudit(ctx context.Context, path string, stderr io.Writer) (db.AuditReport, error) {
 	if Of(path) == Postgres {
 		// A PostgreSQL database: verified in one snapshot, servers running or not.
