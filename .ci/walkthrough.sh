@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The docs' walkthrough test (walkthrough_test.go, run by "go test" below)
+# The docs' walkthrough test (e2e/walkthrough_test.go, run by .ci/run's "go test ./...")
 # pastes the README's and docs/' shell blocks into bash and into zsh (as an
 # interactive zsh reads a paste: the default shell on macOS): they need
 # curl, sed, grep and both shells. Install curl and zsh when a fresh

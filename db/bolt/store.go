@@ -55,7 +55,7 @@ type Options struct {
 	// keeps the map below what the process can get (bbolt's Options.MaxSize).
 	MaxSize int
 	// NoSync skips bbolt's fdatasync at each commit. It is for the
-	// power-loss test's control run only (powerloss_test.go), which shows
+	// power-loss test's control run only (e2e/powerloss_test.go), which shows
 	// that a store opened so loses acknowledged writes in a power cut.
 	NoSync bool
 }

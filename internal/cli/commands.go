@@ -25,7 +25,7 @@ import (
 
 	"github.com/fenceq/fenceq/api/client"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/internal/engine"
 )
 
 // callTimeout bounds one command's requests (longer than any server-side
@@ -768,7 +768,7 @@ var auditVerifyCmd = call[auditResult]{
 						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path, archive: &rep.Header}, err
 				}
 				if dbGiven || !serverGiven {
-					rep, err := verifyFileAudit(ctx, *path, e.Stderr)
+					rep, err := engine.VerifyAudit(ctx, *path, e.Stderr)
 					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
 						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
 						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path}, err
@@ -880,7 +880,7 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 	}
 	r := backupResult{File: out, Bytes: n, Verified: verify}
 	if verify {
-		if r.Records, err = verifyBackup(ctx, tmp); err != nil {
+		if r.Records, err = engine.CheckFile(ctx, tmp); err != nil {
 			return backupResult{}, fmt.Errorf("the downloaded snapshot does not verify (kept nothing): %w", err)
 		}
 	}
@@ -898,24 +898,4 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 		return backupResult{}, fmt.Errorf("wrote %s, but syncing its directory failed, so a power cut may undo the rename: %w", out, err)
 	}
 	return r, nil
-}
-
-// verifyBackup opens a downloaded snapshot read-only and checks it.
-func verifyBackup(ctx context.Context, path string) (uint64, error) {
-	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	defer s.Close()
-	if err := s.Check(); err != nil {
-		return 0, err
-	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if !rep.OK {
-		return 0, fmt.Errorf("audit chain broken at sequence %d: %s", rep.FirstBroken, rep.Reason)
-	}
-	return rep.Records, nil
 }

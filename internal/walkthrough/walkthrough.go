@@ -1,8 +1,8 @@
 // Package walkthrough runs the shell blocks of the README and the docs
 // pages that are marked runnable, the way a reader pastes them, and checks
 // the HTTP status codes their comments promise. It is what keeps the docs
-// from drifting away from the binary (walkthrough_test.go in the
-// repository's root runs it against the real server).
+// from drifting away from the binary (e2e/walkthrough_test.go runs it
+// against the real server).
 //
 // The conventions, which the docs follow:
 //

@@ -1,12 +1,11 @@
-//go:build linux
+package e2e
 
-package main
-
-// Fault tests on the real binary: kill -9 under load, disk faults (a
-// read-only file, a full disk), and a backup taken under load. Each test
-// logs its figures (t.Logf); README's "Guarantees" lists them.
-//
-// Longer runs: FENCEQ_CRASHES=200 go test -run TestCrash -v .
+// The harness of the end-to-end tests: TestMain builds the real binary
+// once; proc runs it; call and the crash client talk to it over HTTP; the
+// load (producers and workers), the acknowledgement ledgers and the
+// offline checks of a file are shared by the crash, fault, backup,
+// power-loss, replica and shutdown tests. The tests live one file per
+// guarantee (docs/guarantees.md names each).
 
 import (
 	"bytes"
@@ -23,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -519,393 +519,209 @@ func checkStoreAcks(t *testing.T, s interface {
 	return states
 }
 
-func TestCrash_KillNineUnderLoadLosesNothingAcknowledged(t *testing.T) {
-	crashes := crashCount(t)
-	started := time.Now()
-	path := filepath.Join(t.TempDir(), "crash.db")
-	run := randomHex(t, 4)
-	queue := "crash-" + run
-	srv := &crashServer{t: t, path: path, listen: "127.0.0.1:0", client: newCrashClient()}
-	srv.start()
+// fenceqBin is the real binary, built once by TestMain.
+var fenceqBin string
 
-	acks := newCrashAcks()
-	st := &crashStats{}
-	stop := startCrashLoad([]*crashClient{srv.client}, acks, st, queue, run, 2, 4)
-
-	rng := mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	for range crashes {
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-		srv.kill()
-		srv.start()
-	}
-	// The last crash: stop the load with the server dead, so that the
-	// file is checked as a crash left it.
-	time.Sleep(time.Duration(50+rng.IntN(250)) * time.Millisecond)
-	srv.kill()
-	stop()
-	crashed := time.Now()
-
-	// Every lease the test gave has run out.
-	time.Sleep(time.Until(crashed.Add(crashLease + 100*time.Millisecond)))
-	before := checkAcks(t, path, acks, "after the last SIGKILL")
-
-	// Restart and drain: every job that is not completed must be
-	// claimable (none stuck claimed), and completing it must leave the
-	// acknowledged completions alone.
-	srv.start()
-	drained := srv.drain(queue)
-	acks.checkDrained(t, checkAcks(t, path, acks, "after the drain"))
-	acks.mu.Lock()
-	defer acks.mu.Unlock()
-	t.Logf("crash: %d SIGKILLs under load in %v; %d enqueues acknowledged (%d calls), %d completions acknowledged, "+
-		"%d claims, %d stale completions refused, %d fails, %d heartbeats, %d calls without an answer; "+
-		"after the last kill %v; %d jobs drained after the restart; none lost, none completed twice",
-		crashes, time.Since(started).Round(time.Millisecond), len(acks.enqueued), st.enqueueCalls.Load(), len(acks.completed),
-		st.claims.Load(), st.stale.Load(), st.fails.Load(), st.heartbeats.Load(), st.noAnswer.Load(), before, drained)
-}
-
-// faultDir is a new directory that any user may enter (the read-only tests
-// run fenceq as an unprivileged user when the test runs as root, and root
-// ignores file permissions).
-func faultDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fenceq-fault-")
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fenceq-e2e-test-")
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = filepath.Walk(dir, func(p string, _ os.FileInfo, _ error) error { _ = os.Chmod(p, 0o755); return nil })
+	fenceqBin = filepath.Join(dir, "fenceq")
+	build := exec.Command("go", "build", "-o", fenceqBin, "github.com/fenceq/fenceq")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
 		os.RemoveAll(dir)
-	})
-	return dir
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
-// faultMount mounts a tmpfs of the given size on a new directory and
-// unmounts it at cleanup, or skips the test when it cannot (mounting needs
-// root; CI runs as root).
-func faultMount(t *testing.T, size string) string {
+// syncBuffer collects a process's output while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a running fenceq.
+type proc struct {
+	cmd            *exec.Cmd
+	stdout, stderr *syncBuffer
+	done           chan struct{} // closed when the process has exited
+	waitErr        error
+}
+
+// cleanEnv is the test's environment without FENCEQ_* variables, plus env.
+func cleanEnv(env ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FENCEQ_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
+}
+
+// start runs the binary with args and env; the process is killed at cleanup
+// if the test did not end it.
+func start(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
-	dir := filepath.Join(faultDir(t), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
+	p := &proc{cmd: exec.Command(fenceqBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = cleanEnv(env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s %v: %v", fenceqBin, args, err)
 	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
-		t.Skipf("cannot mount a %s tmpfs on %s (%v): this test needs root", size, dir, err)
-	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
-// faultFile makes a fenceq file with one job at path and returns its bytes.
-func faultFile(t *testing.T, path string) []byte {
-	t.Helper()
-	s, err := bolt.Open(path, bolt.Options{})
-	if err != nil {
-		t.Fatalf("bolt.Open(%s) error = %v", path, err)
-	}
-	if _, err := s.EnqueueJob(context.Background(), db.EnqueueRequest{Principal: "local"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// runUnprivileged runs "fenceq serve --db path" as user nobody when the
-// test runs as root (so that file permissions apply), else as the test's
-// user, and returns its exit code and stderr.
-func runUnprivileged(t *testing.T, dir, path string) (int, string) {
-	t.Helper()
-	bin := fenceqBin
-	var attr *syscall.SysProcAttr
-	if os.Geteuid() == 0 {
-		// fenceqBin sits in a directory only root may enter.
-		bin = filepath.Join(dir, "fenceq-bin")
-		raw, err := os.ReadFile(fenceqBin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, raw, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		attr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	}
-	cmd := exec.Command(bin, "serve", "--db", path, "--listen", "127.0.0.1:0")
-	cmd.Env = cleanEnv()
-	cmd.SysProcAttr = attr
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode(), stderr.String()
-		}
-		return 0, stderr.String()
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("fenceq on %s kept running (stderr %q); want it to refuse the file", path, stderr.String())
-	}
-	return -1, ""
-}
-
-func TestFault_AReadOnlyDatabaseIsAClearErrorAtStart(t *testing.T) {
-	t.Run("read-only file", func(t *testing.T) {
-		dir := faultDir(t)
-		path := filepath.Join(dir, "q.db")
-		orig := faultFile(t, path)
-		if err := os.Chmod(path, 0o444); err != nil {
-			t.Fatal(err)
-		}
-		code, stderr := runUnprivileged(t, dir, path)
-		if code != 1 || !strings.Contains(stderr, path) || !strings.Contains(stderr, "permission denied") || strings.Contains(stderr, "fenceq serving") {
-			t.Fatalf("fenceq on a read-only file: exit %d, stderr %q; want exit 1 and a message naming %s and \"permission denied\"", code, stderr, path)
-		}
-		if got, _ := os.ReadFile(path); !bytes.Equal(got, orig) {
-			t.Fatalf("the read-only file was changed")
-		}
-		t.Logf("read-only file: exit %d, %s", code, strings.TrimSpace(stderr))
-	})
-	t.Run("read-only directory and no file yet", func(t *testing.T) {
-		dir := faultDir(t)
-		ro := filepath.Join(dir, "ro")
-		if err := os.Mkdir(ro, 0o555); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(ro, "q.db")
-		code, stderr := runUnprivileged(t, dir, path)
-		if code != 1 || !strings.Contains(stderr, path) || !strings.Contains(stderr, "permission denied") {
-			t.Fatalf("fenceq in a read-only directory: exit %d, stderr %q; want exit 1 and a message naming %s and \"permission denied\"", code, stderr, path)
-		}
-		if _, err := os.Stat(path); !os.IsNotExist(err) {
-			t.Fatalf("%s was created (%v)", path, err)
-		}
-	})
-	t.Run("read-only file system", func(t *testing.T) {
-		dir := faultMount(t, "4m")
-		path := filepath.Join(dir, "q.db")
-		orig := faultFile(t, path)
-		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-			t.Skipf("cannot remount %s read-only: %v", dir, err)
-		}
-		code, _, stderr := runFenceq(t, nil, "serve", "--db", path, "--listen", "127.0.0.1:0")
-		if code != 1 || !strings.Contains(stderr, path) || !strings.Contains(stderr, "read-only file system") {
-			t.Fatalf("fenceq on a read-only file system: exit %d, stderr %q; want exit 1 and a message naming %s and \"read-only file system\"", code, stderr, path)
-		}
-		if got, _ := os.ReadFile(path); !bytes.Equal(got, orig) {
-			t.Fatalf("the file on the read-only file system was changed")
-		}
-	})
-}
-
-func TestFault_AFullDiskFailsWritesClearlyAndLosesNothing(t *testing.T) {
-	dir := faultMount(t, "8m")
-	path := filepath.Join(dir, "q.db")
-	srv := &crashServer{t: t, path: path, listen: "127.0.0.1:0", client: newCrashClient()}
-	srv.start()
-	c := srv.client
-
-	acked := map[uint64]string{}
-	enqueue := func(payload string) (int, []byte) {
-		t.Helper()
-		status, raw, err := c.do("POST", "/v1/jobs", `{"queue":"full","payload":`+payload+`}`)
-		if err != nil {
-			t.Fatalf("enqueue: %v", err)
-		}
-		if status == http.StatusCreated {
-			var j crashJob
-			if err := json.Unmarshal(raw, &j); err != nil {
-				t.Fatalf("enqueue answered %s: %v", raw, err)
-			}
-			acked[j.ID] = payload
-		}
-		return status, raw
-	}
-	for i := range 20 {
-		if st, raw := enqueue(fmt.Sprintf(`{"n":%d}`, i)); st != http.StatusCreated {
-			t.Fatalf("enqueue before the disk is full: %d %s", st, raw)
-		}
-	}
-
-	// Something else fills the disk.
-	filler := filepath.Join(dir, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling %s: %v", dir, err)
-			}
-			break
-		}
-	}
-	f.Close()
-
-	// Writes that need new pages fail with a clear 5xx; small ones may
-	// still fit in pages the file already has, and are acknowledged.
-	big := `"` + strings.Repeat("x", 200<<10) + `"`
-	var failed []byte
-	refused := 0
-	for i := 0; i < 50 && failed == nil; i++ {
-		payload := big
-		if i%2 == 1 {
-			payload = fmt.Sprintf(`{"during":%d}`, i)
-		}
-		status, raw := enqueue(payload)
-		switch {
-		case status == http.StatusCreated:
-		case status >= 500:
-			refused++
-			failed = raw
-			if status != http.StatusServiceUnavailable || !strings.Contains(string(raw), "no space left on device") {
-				t.Fatalf("enqueue on a full disk: status %d %s; want 503 naming \"no space left on device\"", status, raw)
-			}
+		select {
+		case <-p.done:
 		default:
-			t.Fatalf("enqueue on a full disk: status %d %s", status, raw)
+			_ = p.cmd.Process.Kill()
+			<-p.done
 		}
-	}
-	if failed == nil {
-		t.Fatalf("50 enqueues of up to 200 KiB on a full %s all succeeded; the disk was not full", dir)
-	}
-	// Reads still work while the disk is full.
-	if status, raw, err := c.do("GET", "/v1/queues", ""); err != nil || status != http.StatusOK {
-		t.Fatalf("GET /v1/queues on a full disk: %d %s %v", status, raw, err)
-	}
-
-	// The fault clears: the same server takes writes again.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	if st, raw := enqueue(big); st != http.StatusCreated {
-		t.Fatalf("enqueue after space was freed: %d %s", st, raw)
-	}
-
-	// Restart on the same file (the hard way): everything acknowledged is there.
-	srv.kill()
-	srv.start()
-	for id, payload := range acked {
-		status, raw, err := c.do("GET", fmt.Sprintf("/v1/jobs/%d", id), "")
-		var j crashJob
-		if err != nil || status != http.StatusOK || json.Unmarshal(raw, &j) != nil {
-			t.Fatalf("acknowledged job %d after the restart: %d %.200s %v", id, status, raw, err)
-		}
-		if string(j.Payload) != payload {
-			t.Fatalf("acknowledged job %d after the restart has payload %.100s, want %.100s", id, j.Payload, payload)
-		}
-	}
-	srv.kill()
-	checkAcks(t, path, &crashAcks{enqueued: acked, completed: map[uint64]crashCompletion{}}, "after the disk was full")
-	t.Logf("full disk: %d enqueues acknowledged, the first refusal was %s; after freeing space and a SIGKILL and restart all %d are there, Check() and the audit chain pass",
-		len(acked), bytes.TrimSpace(failed), len(acked))
+	})
+	return p
 }
 
-// slowReader reads a response body in small pieces with pauses, so that a
-// backup's read transaction stays open while writers commit.
-type slowReader struct{ r io.Reader }
-
-func (s slowReader) Read(p []byte) (int, error) {
-	time.Sleep(time.Millisecond)
-	return s.r.Read(p[:min(len(p), 16<<10)])
+// exit waits up to timeout for the process to end and returns its exit code.
+func (p *proc) exit(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("fenceq %v did not exit within %v; stderr:\n%s", p.cmd.Args[1:], timeout, p.stderr)
+	}
+	var ee *exec.ExitError
+	switch {
+	case p.waitErr == nil:
+		return 0
+	case errors.As(p.waitErr, &ee):
+		return ee.ExitCode()
+	}
+	t.Fatalf("fenceq %v: wait: %v", p.cmd.Args[1:], p.waitErr)
+	return -1
 }
 
-func TestBackup_UnderLoadHoldsEverythingAcknowledgedBeforeIt(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "live.db")
-	srv := &crashServer{t: t, path: path, listen: "127.0.0.1:0", client: newCrashClient()}
-	srv.start()
-	run := randomHex(t, 4)
-	queue := "backup-" + run
-	acks := newCrashAcks()
-	st := &crashStats{}
-	stop := startCrashLoad([]*crashClient{srv.client}, acks, st, queue, run, 2, 2)
-	defer stop()
+// runFenceq runs the binary to completion (at most 10s).
+func runFenceq(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	p := start(t, env, args...)
+	code = p.exit(t, 10*time.Second)
+	return code, p.stdout.String(), p.stderr.String()
+}
 
-	type backup struct {
-		file      string
-		enqueued  map[uint64]string
-		completed map[uint64]crashCompletion
-		bytes     int64
-	}
-	var backups []backup
-	for i := range 3 {
-		time.Sleep(300 * time.Millisecond)
-		b := backup{file: filepath.Join(dir, fmt.Sprintf("backup-%d.db", i)),
-			enqueued: map[uint64]string{}, completed: map[uint64]crashCompletion{}}
-		acks.mu.Lock()
-		for id, p := range acks.enqueued {
-			b.enqueued[id] = p
-		}
-		for id, c := range acks.completed {
-			b.completed[id] = c
-		}
-		acks.mu.Unlock()
+var listenRE = regexp.MustCompile(`msg="fenceq serving".* listen=http://(\S+)`)
 
-		resp, err := http.Get(*srv.client.base.Load() + "/v1/backup")
-		if err != nil {
-			t.Fatalf("GET /v1/backup: %v", err)
+// addr waits for the "fenceq serving" line and returns the base URL.
+func (p *proc) addr(t testing.TB) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listenRE.FindStringSubmatch(p.stderr.String()); m != nil {
+			return "http://" + m[1]
 		}
-		if resp.StatusCode != http.StatusOK {
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			t.Fatalf("GET /v1/backup: %d %s", resp.StatusCode, raw)
+		select {
+		case <-p.done:
+			t.Fatalf("fenceq %v exited before serving; stderr:\n%s", p.cmd.Args[1:], p.stderr)
+		case <-time.After(10 * time.Millisecond):
 		}
-		f, err := os.Create(b.file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.bytes, err = io.Copy(f, slowReader{resp.Body})
-		resp.Body.Close()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatalf("reading the backup: %v", err)
-		}
-		backups = append(backups, b)
 	}
-	stop()
-	if err := srv.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	t.Fatalf("fenceq %v did not log its address within 10s; stderr:\n%s", p.cmd.Args[1:], p.stderr)
+	return ""
+}
+
+// startTestHelper runs this test binary again as a helper process: env
+// (added to this process's) makes an init function run the helper instead
+// of tests. Its stderr is this process's.
+func startTestHelper(t testing.TB, env ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
 		t.Fatal(err)
 	}
-	srv.proc.exit(t, 30*time.Second)
-	// A backup holds the leases running when it was taken; checkAcks
-	// refuses a lease still running when it looks, so let the last ones end.
-	time.Sleep(crashLease + 100*time.Millisecond)
-
-	var figures []string
-	for i, b := range backups {
-		if len(b.enqueued) == 0 {
-			t.Fatalf("backup %d: nothing was acknowledged before it; the load did not run", i)
-		}
-		states := checkAcks(t, b.file, &crashAcks{enqueued: b.enqueued, completed: b.completed}, fmt.Sprintf("backup %d", i))
-		total := 0
-		for _, n := range states {
-			total += n
-		}
-		figures = append(figures, fmt.Sprintf("backup %d: %d bytes, %d jobs (%d acknowledged before it, %d completions)",
-			i, b.bytes, total, len(b.enqueued), len(b.completed)))
+	cmd = exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("backup under load (%d enqueues and %d completions acknowledged in all): %s; each opens, passes Check() and the audit chain, and holds everything acknowledged before it began",
-		len(acks.enqueued), len(acks.completed), strings.Join(figures, "; "))
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting the test helper %v: %v", env, err)
+	}
+	return cmd, stdin, stdout
+}
+
+// startServing starts "fenceq serve" on a fresh file (or the one in args) and
+// returns the process and its base URL.
+func startServing(t testing.TB, env []string, args ...string) (*proc, string) {
+	t.Helper()
+	p := start(t, env, append([]string{"serve"}, args...)...)
+	return p, p.addr(t)
+}
+
+// call sends a JSON request and returns the status and the decoded body.
+func call(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", method, url, err)
+	}
+	var out map[string]any
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: body %s is not a JSON object: %v", method, url, raw, err)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// wantStatus fails unless status is want.
+func wantStatus(t *testing.T, what string, status int, body map[string]any, want int) {
+	t.Helper()
+	if status != want {
+		t.Fatalf("%s: status %d %v, want %d", what, status, body, want)
+	}
+}
+
+func errorCode(body map[string]any) any {
+	e, _ := body["error"].(map[string]any)
+	return e["code"]
 }

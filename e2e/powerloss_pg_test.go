@@ -1,12 +1,12 @@
 //go:build linux
 
-package main
+package e2e
 
 // The power-loss test on PostgreSQL (long form only): a PostgreSQL
 // cluster's data directory on a lazyfs mount, two fenceq replicas on it,
 // PostgreSQL and fenceq cut together. docs/powerloss.md has the figures.
 //
-//	FENCEQ_POWERLOSS_PG=1 FENCEQ_POWERLOSS_CYCLES=10 go test -run TestPowerLossPostgres -v .
+//	FENCEQ_POWERLOSS_PG=1 FENCEQ_POWERLOSS_CYCLES=10 go test -run TestPowerLossPostgres -v ./e2e
 
 import (
 	"context"

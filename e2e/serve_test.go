@@ -1,20 +1,17 @@
-package main
+package e2e
 
 import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
+	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,213 +19,6 @@ import (
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 )
-
-// fenceqBin is the real binary, built once by TestMain.
-var fenceqBin string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fenceq-main-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "main_test:", err)
-		os.Exit(1)
-	}
-	fenceqBin = filepath.Join(dir, "fenceq")
-	build := exec.Command("go", "build", "-o", fenceqBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "main_test: go build:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// proc is a running fenceq.
-type proc struct {
-	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
-	done           chan struct{} // closed when the process has exited
-	waitErr        error
-}
-
-// cleanEnv is the test's environment without FENCEQ_* variables, plus env.
-func cleanEnv(env ...string) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCEQ_") {
-			out = append(out, kv)
-		}
-	}
-	return append(out, env...)
-}
-
-// start runs the binary with args and env; the process is killed at cleanup
-// if the test did not end it.
-func start(t testing.TB, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(fenceqBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = cleanEnv(env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s %v: %v", fenceqBin, args, err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// exit waits up to timeout for the process to end and returns its exit code.
-func (p *proc) exit(t testing.TB, timeout time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		t.Fatalf("fenceq %v did not exit within %v; stderr:\n%s", p.cmd.Args[1:], timeout, p.stderr)
-	}
-	var ee *exec.ExitError
-	switch {
-	case p.waitErr == nil:
-		return 0
-	case errors.As(p.waitErr, &ee):
-		return ee.ExitCode()
-	}
-	t.Fatalf("fenceq %v: wait: %v", p.cmd.Args[1:], p.waitErr)
-	return -1
-}
-
-// runFenceq runs the binary to completion (at most 10s).
-func runFenceq(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	p := start(t, env, args...)
-	code = p.exit(t, 10*time.Second)
-	return code, p.stdout.String(), p.stderr.String()
-}
-
-var listenRE = regexp.MustCompile(`msg="fenceq serving".* listen=http://(\S+)`)
-
-// addr waits for the "fenceq serving" line and returns the base URL.
-func (p *proc) addr(t testing.TB) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := listenRE.FindStringSubmatch(p.stderr.String()); m != nil {
-			return "http://" + m[1]
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("fenceq %v exited before serving; stderr:\n%s", p.cmd.Args[1:], p.stderr)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	t.Fatalf("fenceq %v did not log its address within 10s; stderr:\n%s", p.cmd.Args[1:], p.stderr)
-	return ""
-}
-
-// startTestHelper runs this test binary again as a helper process: env
-// (added to this process's) makes an init function run the helper instead
-// of tests. Its stderr is this process's.
-func startTestHelper(t testing.TB, env ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout io.ReadCloser) {
-	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd = exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	if stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if stdout, err = cmd.StdoutPipe(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the test helper %v: %v", env, err)
-	}
-	return cmd, stdin, stdout
-}
-
-// startServing starts "fenceq serve" on a fresh file (or the one in args) and
-// returns the process and its base URL.
-func startServing(t testing.TB, env []string, args ...string) (*proc, string) {
-	t.Helper()
-	p := start(t, env, append([]string{"serve"}, args...)...)
-	return p, p.addr(t)
-}
-
-// call sends a JSON request and returns the status and the decoded body.
-func call(t *testing.T, method, url, body string) (int, map[string]any) {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading body: %v", method, url, err)
-	}
-	var out map[string]any
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: body %s is not a JSON object: %v", method, url, raw, err)
-		}
-	}
-	return resp.StatusCode, out
-}
-
-// wantStatus fails unless status is want.
-func wantStatus(t *testing.T, what string, status int, body map[string]any, want int) {
-	t.Helper()
-	if status != want {
-		t.Fatalf("%s: status %d %v, want %d", what, status, body, want)
-	}
-}
-
-func errorCode(body map[string]any) any {
-	e, _ := body["error"].(map[string]any)
-	return e["code"]
-}
 
 func TestServeWalksAJobThroughItsLifeAndShutsDownCleanly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue.db")
@@ -414,5 +204,23 @@ func TestHelpAndUsageErrors(t *testing.T) {
 				t.Errorf("fenceq %v printed %q; stdout %q stderr %q", tt.args, tt.notInOut, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestServeOnATakenPortCreatesNoFile: a start that fails because the port
+// is taken exits non-zero naming the address, and leaves no --db file.
+func TestServeOnATakenPortCreatesNoFile(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	path := filepath.Join(t.TempDir(), "new.db")
+	code, _, stderr := runFenceq(t, nil, "serve", "--db", path, "--listen", ln.Addr().String())
+	if code == 0 || !strings.Contains(stderr, ln.Addr().String()) {
+		t.Errorf("serve on a taken port: exit %d, stderr %q; want non-zero naming %s", code, stderr, ln.Addr())
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("serve on a taken port left %s behind (stat: %v)", path, err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // BenchmarkHTTPCost asks what HTTP, with the load generator on the same two
 // cores, costs the raw baseline itself. Issue 5 compares fenceq over HTTP

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Queue pause on the real binary: a paused queue's job is not claimed for
 // the whole pause while a long-poll waits on the queue, is claimed right

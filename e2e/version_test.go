@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -34,7 +34,7 @@ func TestVersion(t *testing.T) {
 	const pkg = "github.com/fenceq/fenceq/internal/buildinfo"
 	const commit = "0123456789abcdef0123456789abcdef01234567"
 	build := exec.Command("go", "build", "-trimpath", "-o", bin,
-		"-ldflags", "-X "+pkg+".version=v9.8.7 -X "+pkg+".commit="+commit+" -X "+pkg+".commitTime=2026-12-01T00:00:00Z", ".")
+		"-ldflags", "-X "+pkg+".version=v9.8.7 -X "+pkg+".commit="+commit+" -X "+pkg+".commitTime=2026-12-01T00:00:00Z", "github.com/fenceq/fenceq")
 	if raw, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build with stamps: %v\n%s", err, raw)
 	}

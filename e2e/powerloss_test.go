@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 // Power-loss tests on the real binary: fenceq serves a file on a lazyfs
 // mount (internal/lazyfs), which keeps unsynced writes in memory; the power
@@ -11,7 +11,7 @@ package main
 //
 // Short form (CI): 5 cycles. Long form:
 //
-//	FENCEQ_POWERLOSS_CYCLES=20 go test -run TestPowerLoss -v .
+//	FENCEQ_POWERLOSS_CYCLES=20 go test -run TestPowerLoss -v ./e2e
 
 import (
 	"context"
@@ -413,7 +413,7 @@ func (r *powerRig) cutOnce(acks *powerAcks, rng *mrand.Rand, inSync bool) cycleR
 	return cycleResult{report: rep, check: pc, syncs: syncs, killedFirst: killFirst, diedAlone: diedAlone, enqueued: len(acks.enqueued), done: len(acks.completed)}
 }
 
-// runLoad starts the producers, workers (crash_test.go's) and lease
+// runLoad starts the producers, workers (harness_test.go's) and lease
 // takers; stop ends them.
 func runLoad(c *crashClient, acks *powerAcks, run string) (stop func()) {
 	return runLoadOn([]*crashClient{c}, acks, run)
@@ -428,7 +428,7 @@ func runLoadOn(cs []*crashClient, acks *powerAcks, run string) (stop func()) {
 	for i := range 2 {
 		goLoad(func() { crashProducer(cs[i%len(cs)], acks, st, "power", fmt.Sprintf("%s-p%d", run, i), ch) })
 	}
-	// More workers than producers: crash_test.go's workers stall now and
+	// More workers than producers: harness_test.go's workers stall now and
 	// then past their lease, and the cuts should find completions too.
 	for i := range 8 {
 		goLoad(func() { crashWorker(cs[i%len(cs)], acks, st, "power", fmt.Sprintf("w%d", i), ch) })

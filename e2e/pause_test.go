@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The paused worker: a worker process claims a job, is stopped (SIGSTOP)
 // past its lease, a restart of the same worker name claims the job again,

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The docs cannot drift: the shell blocks of README.md and docs/*.md marked
 // "<!-- test: walkthrough -->" run against the real binary, and every
@@ -19,6 +19,10 @@ package main
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -32,14 +36,26 @@ import (
 	"github.com/fenceq/fenceq/internal/walkthrough"
 )
 
-// docFiles are the markdown files whose marked blocks run.
+// repoRoot is the repository's top directory, seen from this package's.
+const repoRoot = ".."
+
+// docFiles are the markdown files whose marked blocks run, named from the
+// repository's top directory (README.md, docs/api.md, ...).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob("docs/*.md")
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for i, f := range files {
+		files[i] = filepath.ToSlash(strings.TrimPrefix(f, repoRoot+string(filepath.Separator)))
+	}
 	return append([]string{"README.md"}, files...)
+}
+
+// readDoc reads a file named from the repository's top directory.
+func readDoc(f string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(f)))
 }
 
 func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
@@ -50,7 +66,7 @@ func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
 	var pages []page
 	promised := map[string]map[int]bool{}
 	for _, f := range docFiles(t) {
-		md, err := os.ReadFile(f)
+		md, err := readDoc(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +147,7 @@ func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
 var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
 func TestDocs_READMEIsShortAndEveryLinkResolves(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+	readme, err := readDoc("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +155,7 @@ func TestDocs_READMEIsShortAndEveryLinkResolves(t *testing.T) {
 		t.Errorf("README.md is %d bytes, want at most 8000: move detail to docs/", n)
 	}
 	for _, f := range docFiles(t) {
-		md, err := os.ReadFile(f)
+		md, err := readDoc(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,10 +169,63 @@ func TestDocs_READMEIsShortAndEveryLinkResolves(t *testing.T) {
 				continue
 			}
 			target, _, _ = strings.Cut(target, "#")
-			path := filepath.Join(filepath.Dir(f), filepath.FromSlash(target))
+			path := filepath.Join(repoRoot, filepath.FromSlash(filepath.Dir(f)), filepath.FromSlash(target))
 			if _, err := os.Stat(path); err != nil {
 				t.Errorf("%s links to %s, which is not in the repository: %v", f, m[1], err)
 			}
 		}
 	}
+}
+
+// TestDocs_EveryEndToEndTestIsNamedInTheDocs: every Test function of this
+// package is named, in full, in a page under docs/ (docs/guarantees.md
+// names them all), so that no end-to-end test hides from a reader.
+func TestDocs_EveryEndToEndTestIsNamedInTheDocs(t *testing.T) {
+	var docs []byte
+	err := filepath.WalkDir(filepath.Join(repoRoot, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".md" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		docs = append(append(docs, b...), '\n')
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := e2eTestNames(t)
+	if len(tests) < 30 {
+		t.Fatalf("found %d Test functions in this package, want the 40 or so of e2e/: %v", len(tests), tests)
+	}
+	for _, name := range tests {
+		if !regexp.MustCompile(`\b` + name + `\b`).Match(docs) {
+			t.Errorf("%s (e2e/) is named in no page under docs/: add it to docs/guarantees.md", name)
+		}
+	}
+}
+
+// e2eTestNames are the names of this package's Test functions (TestMain
+// aside), read from its source files.
+func e2eTestNames(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	fset := token.NewFileSet()
+	for _, f := range files {
+		file, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Recv != nil || !strings.HasPrefix(fn.Name.Name, "Test") || fn.Name.Name == "TestMain" {
+				continue
+			}
+			names = append(names, fn.Name.Name)
+		}
+	}
+	return names
 }

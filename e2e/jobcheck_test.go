@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // fenceq job check, end to end with the real binary (issue 31): the command
 // of "fenceq worker --exec" checks its claim right before a side effect.
