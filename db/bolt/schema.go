@@ -26,10 +26,14 @@ import (
 //	   would ignore it and hand out the jobs of a paused queue, so it must
 //	   refuse the file instead. The upgrade from 3 writes nothing but the
 //	   version (the bucket starts empty: nothing is paused).
+//	5  refused, idx_refused_job, workers and idx_workers_seen: the refused fenced calls and the workers heard from,
+//	   each kept bounded (observe.go). A build of version 4 would leave
+//	   them unbounded and the worker count wrong. The upgrade from 4
+//	   writes nothing but the version (the buckets start empty).
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 4
+const schemaVersion = observationsSchema
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
@@ -37,7 +41,12 @@ var upgrades = map[uint64]func(tx *bbolt.Tx) error{
 	1:                      buildNewIndexes,
 	2:                      func(*bbolt.Tx) error { return nil },
 	pausedQueuesSchema - 1: addPausedQueues,
+	observationsSchema - 1: func(*bbolt.Tx) error { return nil }, // initFile created the buckets empty
 }
+
+// observationsSchema is the schema version that added the refused calls
+// and the workers (observe.go).
+const observationsSchema = 5
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
 // it reports whether the file must be upgraded, and refuses a newer one.
