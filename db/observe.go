@@ -89,8 +89,9 @@ type WorkersRequest struct {
 }
 
 // QueueWaiting is the oldest available job of a queue: the job that has
-// waited longest for a claim, and since when (its run_at: the time it was
-// enqueued, became due, or was made available again).
+// waited longest for a claim (of those with the same run_at, the lowest
+// id), and since when (its run_at: the time it was enqueued, became due,
+// or was made available again).
 type QueueWaiting struct {
 	Queue string
 	Job   uint64

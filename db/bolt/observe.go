@@ -334,8 +334,9 @@ func (s *Store) QueueWaiting(ctx context.Context) ([]db.QueueWaiting, error) {
 					break
 				}
 				runAt := timeFromKey(rk, len(prefix)+8)
-				if best.Job == 0 || runAt < best.Since.UnixNano() {
-					best = db.QueueWaiting{Queue: string(prefix[:i]), Job: idFromKey(rk), Since: db.FromUnixNano(runAt)}
+				id, since := idFromKey(rk), best.Since.UnixNano()
+				if best.Job == 0 || runAt < since || (runAt == since && id < best.Job) { // ties: the lower id, as PostgreSQL's
+					best = db.QueueWaiting{Queue: string(prefix[:i]), Job: id, Since: db.FromUnixNano(runAt)}
 				}
 				p := binary.BigEndian.Uint64(rk[len(prefix):])
 				if p == math.MaxUint64 {
