@@ -521,8 +521,16 @@ func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]d
 }
 
 // observationTimeout bounds the write of an observation, which is made
-// even when the caller has gone: the refusal happened.
+// even when the caller has gone (the refusal happened), within the
+// request's own deadline when it has one (Config.WriteTimeout).
 const observationTimeout = 5 * time.Second
+
+func observationContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), observationTimeout)
+}
 
 // refusal is the record of a fenced call refused with not_found or
 // failed_precondition — the codes a lost claim produces — or nil for any
@@ -553,7 +561,7 @@ func (o observedStore) refused(ctx context.Context, zs ...*db.RefusedCall) {
 		return
 	}
 	o.obs.refused(ops...)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), observationTimeout)
+	ctx, cancel := observationContext(ctx)
 	defer cancel()
 	if err := o.Store.RecordRefusedCalls(ctx, calls); err != nil {
 		o.log.Warn("recording refused calls for the status page failed", "calls", len(calls), "err", err)
@@ -567,7 +575,7 @@ func (o observedStore) sighted(ctx context.Context, principal, worker string, cl
 	if len(due) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), observationTimeout)
+	ctx, cancel := observationContext(ctx)
 	defer cancel()
 	if err := o.Store.RecordWorkers(ctx, due); err != nil {
 		o.log.Warn("recording workers for the status page failed", "workers", len(due), "err", err)
