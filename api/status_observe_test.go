@@ -252,6 +252,19 @@ func TestStatus_ShowsWorkersHeardFromAcrossServers(t *testing.T) {
 	if got, want := look(b), map[string]seen{"w1": {1, true, false}, "idle": {0, true, false}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("workers on another server before the write interval = %v, want %v", got, want)
 	}
+	// More heartbeats within the interval write nothing but themselves.
+	cs, ok := a.store.(interface{ CommitStats() (commits, ops uint64) })
+	if !ok {
+		t.Fatalf("%T does not count its commits", a.store)
+	}
+	_, before := cs.CommitStats()
+	const beats = 20
+	for i := 0; i < beats; i++ {
+		wantJob(t, "heartbeat", a.post(fmt.Sprintf("/v1/jobs/%d/heartbeat", j.ID), map[string]any{"worker": "w1", "fencing_token": 1}), http.StatusOK)
+	}
+	if _, after := cs.CommitStats(); after-before != beats {
+		t.Errorf("%d heartbeats within the write interval committed %d mutations, want %d (no worker write)", beats, after-before, beats)
+	}
 	clk.Advance(10 * time.Second)
 	wantJob(t, "heartbeat", a.post(fmt.Sprintf("/v1/jobs/%d/heartbeat", j.ID), map[string]any{"worker": "w1", "fencing_token": 1}), http.StatusOK)
 	if got, want := look(b), map[string]seen{"w1": {1, true, true}, "idle": {0, true, false}}; fmt.Sprint(got) != fmt.Sprint(want) {
