@@ -327,11 +327,11 @@ func TestCLI_HelpListsEveryCommand(t *testing.T) {
 	}
 	for _, args := range [][]string{{"enqueue"}, {"get"}, {"list"}, {"cancel"}, {"retry"}, {"stats"}, {"lease", "acquire"},
 		{"lease", "renew"}, {"lease", "release"}, {"lease", "check"}, {"lease", "show"}, {"audit", "verify"}, {"audit", "archive"}, {"backup"}, {"worker"}} {
-		_, stderr := mustRun(t, nil, 0, append(args, "--help")...)
-		mustContain(t, strings.Join(args, " ")+" --help", stderr, "usage: fenceq "+strings.Join(args, " "), "-server")
+		stdout, _ := mustRun(t, nil, 0, append(args, "--help")...)
+		mustContain(t, strings.Join(args, " ")+" --help", stdout, "usage: fenceq "+strings.Join(args, " "), "-server")
 	}
-	_, stderr := mustRun(t, nil, 0, "worker", "--help")
-	mustContain(t, "worker --help", stderr, "FENCEQ_JOB_ID", "FENCEQ_FENCING_TOKEN", "process group", "-exec", "-kill-grace")
+	stdout, _ := mustRun(t, nil, 0, "worker", "--help")
+	mustContain(t, "worker --help", stdout, "FENCEQ_JOB_ID", "FENCEQ_FENCING_TOKEN", "process group", "-exec", "-kill-grace")
 }
 
 // jobIDOf reads the id out of a job JSON object.

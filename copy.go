@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -13,21 +12,17 @@ import (
 	"github.com/fenceq/fenceq/internal/cli"
 )
 
-const copyUsage = `fenceq copy --from FILE --to postgres://… copies a bbolt file into an empty
+const copyUsage = `Copy a bbolt file into an empty
 PostgreSQL database, for moving up from one server to several: jobs (with
 their tokens, results and attestations), named leases and the audit chain,
 which verifies on the target as it did on the file. Stop the server first: the
 file is read as it is, and nothing may write the target meanwhile. A target
-that holds any fenceq job, lease or audit record is refused.
-
-Flags:
-`
+that holds any fenceq job, lease or audit record is refused.`
 
 // copyCommand is "fenceq copy".
 func copyCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, copyUsage); fs.PrintDefaults() }
+	fs := cli.NewFlagSet("fenceq copy", stderr)
+	cli.SetUsage(fs, stdout, "fenceq copy --from FILE --to postgres://…", copyUsage)
 	from := fs.String("from", "", "the bbolt file to copy (its server stopped)")
 	to := fs.String("to", "", "the postgres:// URL of the empty target database")
 	if err := cli.ParseWithEnv(fs, args); err != nil {

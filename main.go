@@ -45,7 +45,7 @@ Usage:
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq version [--json]                     print the version, commit and Go version (also --version)
-  fenceq help                                 show this help
+  fenceq help [COMMAND]                       show this help, or a command's (as COMMAND --help)
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
   fenceq enqueue [--queue Q] [--payload JSON|-] [flags]    enqueue a job and print its id
@@ -69,12 +69,13 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
+  fenceq job check                                         in CMD: exit 0 only while its claim is current
 
 Output is for people; --json prints JSON for scripts. Exit status: 0 done,
 1 refused by the server or an error, 2 a usage mistake.
 
-Run "fenceq COMMAND --help" for a command's flags ("fenceq serve --help" for
-the server's). Every flag can also be set by an environment variable:
+Run "fenceq COMMAND --help" (or "fenceq help COMMAND") for a command's flags
+("fenceq serve --help" for the server's). Every flag can also be set by an environment variable:
 --max-lease is FENCEQ_MAX_LEASE, and so on. A flag on the command line wins
 over the environment.
 `
@@ -88,19 +89,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
-	case "serve":
-		return serve(ctx, args, stdout, stderr)
-	case "bench":
-		return bench.Command(ctx, args, stdout, stderr)
-	case "copy":
-		return copyCommand(ctx, args, stdout, stderr)
-	case "version", "--version":
-		return versionCommand(args, stdout, stderr)
+	case "--version":
+		cmd = "version"
 	case "help", "-h", "--help":
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			// "fenceq help lease acquire" is "fenceq lease acquire --help".
+			return run(ctx, append(append([]string{}, args...), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
+	if c, ok := mainCommands[cmd]; ok {
+		return c(ctx, args, stdout, stderr)
+	}
 	return cli.Run(ctx, cmd, args, cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// mainCommands are the commands of package main; every other command is
+// internal/cli's (cli.Names), and "help" is run's own.
+var mainCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"serve": serve,
+	"bench": bench.Command,
+	"copy":  copyCommand,
+	"version": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+		return versionCommand(args, stdout, stderr)
+	},
 }
 
 type serveConfig struct {
@@ -157,6 +170,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
 	fs.DurationVar(&cfg.auditRetention, "audit-retention", 0, "audit records older than this may be moved out by \"fenceq audit archive\" (archived to a file, then removed); 0 keeps every record for ever")
+	cli.SetUsage(fs, stdout, "fenceq [serve] [flags]", "Serve the HTTP API, the status page and /metrics over a bbolt file (--db, created if missing)\n"+
+		"or a PostgreSQL database (--db postgres://…, shared by several servers). Ctrl-C or SIGTERM\n"+
+		"stops it gracefully (docs/operations.md, docs/edge.md).")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}

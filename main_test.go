@@ -392,7 +392,7 @@ func TestHelpAndUsageErrors(t *testing.T) {
 	}{
 		{"help", []string{"help"}, 0, "Usage:", "", ""},
 		{"--help", []string{"--help"}, 0, "Usage:", "", ""},
-		{"serve --help", []string{"serve", "--help"}, 0, "", "-require-fencing", "fenceq:"},
+		{"serve --help", []string{"serve", "--help"}, 0, "-require-fencing", "", "fenceq:"},
 		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`, ""},
 		{"unknown flag", []string{"serve", "--no-such-flag"}, 2, "", "no-such-flag", ""},
 		{"stray argument", []string{"serve", "extra"}, 2, "", "extra", ""},

@@ -2,8 +2,9 @@ package main
 
 // The docs cannot drift: the shell blocks of README.md and docs/*.md marked
 // "<!-- test: walkthrough -->" run against the real binary, and every
-// command whose comment promises a status ("# → 409") must print that
-// status as its last word. The conventions are in internal/walkthrough.
+// command that promises a status (it prints "409 (expect 409 …)", or
+// "exit 1 (expect 1 …)" for the command-line client) must print it. The
+// conventions are in internal/walkthrough.
 //
 // The server is started on 127.0.0.1:7420, the address the blocks are
 // written for (another free port when 7420 is taken; the blocks are then
@@ -11,12 +12,16 @@ package main
 // a server that is already running instead, e.g. a validating proxy in
 // front of one; the blocks marked "refusals" (requests the API document
 // does not allow, sent to show the refusal) are skipped then. Every file's
-// blocks run twice on the same server: a reader may paste them again.
+// blocks run twice on the same server, as a reader may paste them again:
+// first in bash, then in zsh as an interactive zsh reads a paste (no
+// comments, history expansion on; the default shell on macOS). zsh must be
+// installed (.ci/walkthrough.sh installs Debian's).
 
 import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -96,22 +101,27 @@ func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for round := 1; round <= 2; round++ {
+	for _, sh := range []walkthrough.Shell{walkthrough.Bash, walkthrough.Zsh} {
+		if _, err := exec.LookPath(string(sh)); err != nil {
+			t.Fatalf("the docs' blocks are pasted into %s, which is not installed (%v): .ci/walkthrough.sh installs it (apt-get install %s)", sh, err, sh)
+		}
+	}
+	for round, sh := range []walkthrough.Shell{walkthrough.Bash, walkthrough.Zsh} {
 		for _, p := range pages {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			out, errs := walkthrough.Run(ctx, dir, base, nil, p.blocks)
+			out, errs := walkthrough.Run(ctx, sh, dir, base, nil, p.blocks)
 			cancel()
 			for _, err := range errs {
-				t.Errorf("paste %d: %v", round, err)
+				t.Errorf("paste %d (%s): %v", round+1, sh, err)
 			}
 			if len(errs) > 0 {
-				t.Logf("paste %d of %s printed:\n%s", round, p.file, out)
+				t.Logf("paste %d (%s) of %s printed:\n%s", round+1, sh, p.file, out)
 			} else if testing.Verbose() {
 				n := 0
 				for _, b := range p.blocks {
 					n += len(b.Promises())
 				}
-				t.Logf("paste %d of %s: %d blocks, %d promised statuses kept", round, p.file, len(p.blocks), n)
+				t.Logf("paste %d (%s) of %s: %d blocks, %d promised statuses kept", round+1, sh, p.file, len(p.blocks), n)
 			}
 		}
 	}

@@ -147,6 +147,13 @@ type Store interface {
 	// Sweep runs SweepOnce until a pass deletes less than a full batch.
 	Sweep(ctx context.Context, retention time.Duration) (int, error)
 
+	// StopWaiting ends every wait, now and later, for a graceful shutdown
+	// (the server's SIGTERM): waiting claims return what they have (a job
+	// already handed to them, else nothing), waiting lease acquires return
+	// their lease-held refusal, as when their waits run out, and later
+	// waits return after one attempt. Everything else goes on until Close.
+	StopWaiting()
+
 	// Ping reports whether the store can serve a read.
 	Ping(ctx context.Context) error
 	// Close waits for the commit in progress and closes the store; later

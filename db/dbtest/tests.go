@@ -62,6 +62,9 @@ var tests = []test{
 	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
 	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},
 	{"Store_AuditCountsAndSubjects", testStore_AuditCountsAndSubjects},
+	// stopwaiting.go
+	{"StopWaitingAnswersEveryWaitWithin100ms", testStopWaitingAnswersEveryWaitWithin100ms},
+	{"AJobHandedOffAsStopWaitingEndsTheWaitReachesItsClaim", testAJobHandedOffAsStopWaitingEndsTheWaitReachesItsClaim},
 	// wait.go
 	{"ClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob", testClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob},
 	{"ClaimWaitEndsWhenItsContextIsCancelled", testClaimWaitEndsWhenItsContextIsCancelled},
@@ -70,4 +73,5 @@ var tests = []test{
 	{"CompleteAndClaimJobIsOneCommit", testCompleteAndClaimJobIsOneCommit},
 	{"SweepDeletesFinishedJobsPastRetentionOnly", testSweepDeletesFinishedJobsPastRetentionOnly},
 	{"AJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit", testAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit},
+	{"ALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs", testALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs},
 }

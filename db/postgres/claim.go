@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -27,13 +27,15 @@ func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, e
 	return jobs, err
 }
 
-// claimNow claims what is eligible now. When nothing is, it returns the
-// earliest time something of req.Queues becomes claimable by time (0:
-// nothing will without another request).
-func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, dueAt, error) {
+// claimNow claims what is eligible now. When it claims nothing, it returns
+// the earliest time something of req.Queues becomes claimable by time, by
+// the rules' clock (the database's; 0: nothing will without another
+// request).
+func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, wait.Due, error) {
 	ok, next, now, err := s.claimable(ctx, req.Queues)
+	due := wait.Due{At: next, Now: now}
 	if err != nil || !ok {
-		return nil, dueAt{at: next, now: now}, err
+		return nil, due, err
 	}
 	var jobs []db.Job
 	err = s.update(ctx, func(w *writer) error {
@@ -41,12 +43,11 @@ func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, du
 		jobs, err = claimIn(w, req)
 		return err
 	})
-	return jobs, dueAt{}, err
+	// Nothing claimed (another queue's due jobs made it look, or another
+	// replica took the job first): the claim still sleeps until its own
+	// queues' next due time, read before it looked.
+	return jobs, due, err
 }
-
-// dueAt is when something becomes claimable by time (at, 0 for never) and
-// the time it was read at, both by the rules' clock (the database's).
-type dueAt struct{ at, now int64 }
 
 // claimable reports, in one read, whether a claim on queues could find
 // anything now by the database's clock (or has due jobs of any queue to
@@ -226,65 +227,15 @@ func candidates(w *writer, req db.ClaimRequest, n int, promote bool) (ready, exp
 }
 
 // claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
-// time) when nothing is claimable: woken by NOTIFY from any replica when a
-// job of its queues became available (or will, at a time it did not know),
-// and by a timer at the earliest run_at or lease expiry of its queues. It
-// registers before each attempt, so that a job committed between the
-// attempt and the wait still wakes it.
+// time) when nothing is claimable (package wait): woken by a hand-off, by
+// NOTIFY from any replica when jobs of its queues became available (or
+// will, at a time it did not know), and by a timer at the earliest run_at
+// or lease expiry of its queues.
 func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	for {
-		w := s.waiters.register(req)
-		jobs, next, err := s.claimNow(ctx, req)
-		if err != nil || len(jobs) > 0 {
-			if job := s.waiters.release(w); job != nil {
-				jobs = append(jobs, *job) // handed off while this claim ran
-			}
-			return jobs, err
-		}
-		s.waiters.sleep(w, next.at)
-		var timer <-chan time.Time
-		var t *time.Timer
-		if next.at != 0 {
-			t = time.NewTimer(max(time.Duration(next.at-next.now), minTimerWait))
-			timer = t.C
-		}
-		var stop error
-		done := false
-		select {
-		case <-w.ch:
-			if taken, _, _ := s.waiters.outcome(w); !taken {
-				break // a notification: look again
-			}
-			job := s.waiters.release(w)
-			if job != nil {
-				jobs, done = []db.Job{*job}, true
-			}
-		case <-timer:
-		case <-deadline.C:
-			done = true
-		case <-ctx.Done():
-			stop, done = ctx.Err(), true
-		case <-s.closing:
-			stop, done = db.ErrClosed, true
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if job := s.waiters.release(w); job != nil && len(jobs) == 0 {
-			return []db.Job{*job}, nil
-		}
-		if done {
-			return jobs, stop
-		}
-	}
+	return s.waits.Claim(ctx, req, func(ctx context.Context) ([]db.Job, wait.Due, error) {
+		return s.claimNow(ctx, req)
+	})
 }
-
-// minTimerWait bounds how often a waiter looks again when a due time has
-// passed but its claim found nothing (a test clock that does not move, or
-// a job another replica took).
-const minTimerWait = 5 * time.Millisecond
 
 // promoteAndFetch promotes the due scheduled jobs and fetches the
 // candidates (candidatesSQL) in one round trip.

@@ -145,15 +145,15 @@ func moved(w *writer, old, rec *db.JobRecord) error {
 	}
 	switch {
 	case rec.State == db.StateAvailable && (old == nil || old.State != db.StateAvailable):
-		if w.s.WaitingClaims(rec.Queue) > 0 {
+		if w.s.waits.Sleeping(rec.Queue) > 0 {
 			if paused, err := isPaused(w, rec.Queue); err != nil || paused {
 				return err // a paused queue's job waits for the resume
 			}
-			if wt := w.s.waiters.take(rec.Queue); wt != nil {
+			if wt := w.s.waits.Take(rec.Queue); wt != nil {
 				return handOff(w, rec, wt)
 			}
 		}
-		w.notify = append(w.notify, notifyAvailable(rec.Queue))
+		w.notify = append(w.notify, notifyOneAvailable(rec.Queue))
 	case rec.State == db.StateScheduled:
 		w.notify = append(w.notify, notifyLater(rec.Queue, rec.RunAt))
 	case rec.State == db.StateClaimed:

@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/internal/namewait"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -106,8 +106,8 @@ type Store struct {
 	headHeld    atomic.Int64
 	headBatches atomic.Uint64
 
-	waiters     waiters
-	nameWaiters namewait.Waiters
+	waits   *wait.Waiters       // long-polling claims and acquires waiting for a named lease
+	counted map[countedKey]bool // listener goroutine only (dispatch)
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
@@ -162,8 +162,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
-		listened: make(chan struct{}), listening: make(chan struct{})}
-	s.waiters.byQueue = map[string][]*waiter{}
+		listened: make(chan struct{}), listening: make(chan struct{}), waits: wait.New(), counted: map[countedKey]bool{}}
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
 	// Serve only once other replicas' notifications reach this one.
@@ -280,11 +279,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // db.ErrClosed and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
+	s.waits.Close()
 	<-s.committed
 	<-s.listened
 	s.pool.Close()
 	return nil
 }
+
+// StopWaiting ends every wait of this replica, now and later, for a
+// graceful shutdown: a long-polling claim returns at once with what it has
+// (a job already handed off to it, else none), and a waiting AcquireLease
+// returns its lease-held refusal, as when their waits run out. Everything
+// else goes on until Close.
+func (s *Store) StopWaiting() { s.waits.Stop() }
 
 // CommitStats reports how many transactions the store committed and how
 // many mutations they carried.
@@ -926,8 +933,7 @@ func (s *Store) queueChain(b *pgx.Batch, w *writer, head auditHead) error {
 		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
 	}
 	if len(w.notify) > 0 {
-		slices.Sort(w.notify)
-		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, slices.Compact(w.notify), s.channel)
+		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, notifyPayloads(w.notify), s.channel)
 	}
 	return nil
 }

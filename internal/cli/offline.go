@@ -19,6 +19,8 @@ import (
 	"github.com/fenceq/fenceq/db/postgres"
 )
 
+const tokenSynopsis = "fenceq token new NAME --roles ROLE[,ROLE…] (roles: producer, worker, admin)"
+
 // tokenCommand: fenceq token new NAME --roles worker,producer (the
 // arguments after "new").
 func tokenCommand(args []string, stdout, stderr io.Writer) error {
@@ -26,13 +28,15 @@ func tokenCommand(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
-	fs := NewFlagSet("fenceq token new NAME", stderr)
+	fs := NewFlagSet("fenceq token new", stderr)
 	rolesFlag := fs.String("roles", "", "comma-separated roles: producer, worker, admin")
+	SetUsage(fs, stdout, tokenSynopsis, "Make a bearer token for principal NAME: print the token (once; it is stored nowhere) and\n"+
+		"the line to add to the server's --auth-file, which holds only the token's SHA-256.")
 	if err := ParseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if name == "" {
-		return UsageError{"usage: fenceq token new NAME --roles producer,worker,admin"}
+		return UsageError{"usage: " + tokenSynopsis + "; see \"fenceq token new --help\""}
 	}
 	var roles []api.Role
 	for _, r := range strings.Split(*rolesFlag, ",") {
