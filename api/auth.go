@@ -173,9 +173,10 @@ var routeRoles = map[string]Role{
 	"POST /v1/jobs/:id/check":       anyRole,
 	// The status page (status.go): GET /v1/status filters its parts by
 	// the caller's roles, by this table.
-	"GET /v1/status":           anyRole,
-	"GET /v1/whoami":           anyRole,
-	"GET /v1/jobs/:id/history": RoleProducer,
+	"GET /v1/status":            anyRole,
+	"GET /v1/whoami":            anyRole,
+	"GET /v1/jobs/:id/history":  RoleProducer,
+	"GET /v1/jobs/:id/refusals": RoleProducer,
 	// Audit retention (audit_archive.go).
 	"GET /v1/audit/archive":         RoleAdmin,
 	"POST /v1/audit/archive/remove": RoleAdmin,

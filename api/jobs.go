@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -393,6 +394,13 @@ type queueResponse struct {
 	Paused   bool                `json:"paused"`
 	PausedAt *time.Time          `json:"paused_at,omitempty"`
 	PausedBy string              `json:"paused_by,omitempty"`
+	// LatencyMS is how long the queue's oldest available job has waited
+	// for a claim (0 when none is available): the job is OldestJob,
+	// available since OldestAvailableAt (see db.QueueWaiting). Only GET
+	// /v1/status fills them.
+	LatencyMS         *int64     `json:"latency_ms,omitempty"`
+	OldestJob         uint64     `json:"oldest_job,omitempty"`
+	OldestAvailableAt *time.Time `json:"oldest_available_at,omitempty"`
 }
 
 func (s *Server) queues(c echo.Context) error {
@@ -407,15 +415,21 @@ func (s *Server) queues(c echo.Context) error {
 
 // observedStore is the Store the handlers use: every call goes to the real
 // store, and the outcomes of claims and fenced calls go to the observer.
+// Refused fenced calls are written to the store (RecordRefusedCalls) before
+// the refusal is answered, and the workers heard from at most every
+// workerWriteInterval (RecordWorkers); neither write changes a job, and a
+// failure to write one is logged, never the caller's error.
 type observedStore struct {
 	Store
 	obs *observer
+	log *slog.Logger
 }
 
 func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
 	jobs, err := o.Store.ClaimJobs(ctx, req)
 	if err == nil {
 		o.obs.claimed(len(jobs))
+		o.sighted(ctx, req.Principal, req.Worker, true, len(jobs))
 	}
 	return jobs, err
 }
@@ -423,7 +437,9 @@ func (o observedStore) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db
 func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest) (db.Job, error) {
 	job, err := o.Store.HeartbeatJob(ctx, req)
 	if err != nil {
-		o.refused("heartbeat", req.Fenced, err)
+		o.refused(ctx, refusal("heartbeat", req.Fenced, err))
+	} else {
+		o.sighted(ctx, req.Principal, req.Worker, false, 0)
 	}
 	return job, err
 }
@@ -431,7 +447,7 @@ func (o observedStore) HeartbeatJob(ctx context.Context, req db.HeartbeatRequest
 func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job, error) {
 	job, err := o.Store.CompleteJob(ctx, req)
 	if err != nil {
-		o.refused("complete", req.Fenced, err)
+		o.refused(ctx, refusal("complete", req.Fenced, err))
 	} else {
 		o.obs.completed()
 	}
@@ -441,10 +457,11 @@ func (o observedStore) CompleteJob(ctx context.Context, req db.CompleteRequest) 
 func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest, next db.ClaimRequest) (db.Job, []db.Job, error) {
 	job, jobs, err := o.Store.CompleteAndClaimJob(ctx, req, next)
 	if err != nil {
-		o.refused("complete", req.Fenced, err)
+		o.refused(ctx, refusal("complete", req.Fenced, err))
 	} else {
 		o.obs.completed()
 		o.obs.claimed(len(jobs))
+		o.sighted(ctx, next.Principal, next.Worker, true, len(jobs))
 	}
 	return job, jobs, err
 }
@@ -452,7 +469,7 @@ func (o observedStore) CompleteAndClaimJob(ctx context.Context, req db.CompleteR
 func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error) {
 	job, err := o.Store.FailJob(ctx, req)
 	if err != nil {
-		o.refused("fail", req.Fenced, err)
+		o.refused(ctx, refusal("fail", req.Fenced, err))
 	} else {
 		o.obs.failed(job.State)
 	}
@@ -461,51 +478,113 @@ func (o observedStore) FailJob(ctx context.Context, req db.FailRequest) (db.Job,
 
 func (o observedStore) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
 	res, err := o.Store.HeartbeatJobs(ctx, reqs)
+	var zs []*db.RefusedCall
+	var last [2]string
 	for i, r := range res {
+		f := reqs[i].Fenced
 		if r.Err != nil {
-			o.refused("heartbeat", reqs[i].Fenced, r.Err)
+			zs = append(zs, refusal("heartbeat", f, r.Err))
+		} else if k := [2]string{f.Principal, f.Worker}; k != last {
+			last = k
+			o.sighted(ctx, f.Principal, f.Worker, false, 0)
 		}
 	}
+	o.refused(ctx, zs...)
 	return res, err
 }
 
 func (o observedStore) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (db.CompleteBatchResult, error) {
 	res, err := o.Store.CompleteJobs(ctx, req)
+	var zs []*db.RefusedCall
 	for i, r := range res.Items {
 		if r.Err != nil {
-			o.refused("complete", req.Items[i].Fenced, r.Err)
+			zs = append(zs, refusal("complete", req.Items[i].Fenced, r.Err))
 		} else {
 			o.obs.completed()
 		}
 	}
+	o.refused(ctx, zs...)
 	if err == nil {
 		o.obs.claimed(len(res.Next))
+		if req.Next != nil {
+			o.sighted(ctx, req.Next.Principal, req.Next.Worker, true, len(res.Next))
+		}
 	}
 	return res, err
 }
 
 func (o observedStore) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemResult, error) {
 	res, err := o.Store.FailJobs(ctx, reqs)
+	var zs []*db.RefusedCall
 	for i, r := range res {
 		if r.Err != nil {
-			o.refused("fail", reqs[i].Fenced, r.Err)
+			zs = append(zs, refusal("fail", reqs[i].Fenced, r.Err))
 		} else {
 			o.obs.failed(r.Job.State)
 		}
 	}
+	o.refused(ctx, zs...)
 	return res, err
 }
 
-// refused records a fenced call refused with not_found or
-// failed_precondition — the codes a lost claim produces — with the job's
-// attempts as they are after the refusal. Other errors (bad input, a
-// closed store, a client that went away) are not zombies.
-func (o observedStore) refused(op string, f db.Fenced, err error) {
+// observationTimeout bounds the write of an observation, which is made
+// even when the caller has gone (the refusal happened), within the
+// request's own deadline when it has one (Config.WriteTimeout).
+const observationTimeout = 5 * time.Second
+
+func observationContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), observationTimeout)
+}
+
+// refusal is the record of a fenced call refused with not_found or
+// failed_precondition — the codes a lost claim produces — or nil for any
+// other error (bad input, a closed store, a client that went away): those
+// are not zombies.
+func refusal(op string, f db.Fenced, err error) *db.RefusedCall {
 	apiErr, _ := toAPIError(err)
 	if apiErr.Code != "not_found" && apiErr.Code != "failed_precondition" {
+		return nil
+	}
+	return &db.RefusedCall{Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
+		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message}
+}
+
+// refused counts the refusals and writes them to the store in one call.
+// The job's state is read when the status is served (withJobNow).
+func (o observedStore) refused(ctx context.Context, zs ...*db.RefusedCall) {
+	var calls []db.RefusedCall
+	var ops []string
+	for _, z := range zs {
+		if z != nil {
+			z.At = o.obs.now().UTC()
+			calls = append(calls, *z)
+			ops = append(ops, z.Operation)
+		}
+	}
+	if len(calls) == 0 {
 		return
 	}
-	// The job's state is read when the status is served (withJobNow).
-	o.obs.refused(zombie{At: o.obs.now().UTC(), Principal: f.Principal, Worker: f.Worker, Job: f.ID, Operation: op,
-		TokenSent: f.FencingToken, Code: apiErr.Code, Message: apiErr.Message})
+	o.obs.refused(ops...)
+	ctx, cancel := observationContext(ctx)
+	defer cancel()
+	if err := o.Store.RecordRefusedCalls(ctx, calls); err != nil {
+		o.log.Warn("recording refused calls for the status page failed", "calls", len(calls), "err", err)
+	}
+}
+
+// sighted notes a claim call or heartbeat of a worker and writes what is
+// due (observer.sighted).
+func (o observedStore) sighted(ctx context.Context, principal, worker string, claim bool, n int) {
+	due := o.obs.sighted(principal, worker, claim, n)
+	if len(due) == 0 {
+		return
+	}
+	ctx, cancel := observationContext(ctx)
+	defer cancel()
+	if err := o.Store.RecordWorkers(ctx, due); err != nil {
+		o.log.Warn("recording workers for the status page failed", "workers", len(due), "err", err)
+	}
 }

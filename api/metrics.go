@@ -167,6 +167,29 @@ func metricQueues(ctx context.Context, st Store, n int) ([]db.QueueStats, map[st
 	return append(largestQueues(running, n), held...), paused, nil
 }
 
+// queueLatencies is the latency of each queue /metrics reports: the
+// oldest available job's wait, 0 without one; a queue past the bound counts
+// towards otherQueues, which reports the longest wait among them. So the
+// label values are those of fenceq_jobs, bounded the same way.
+func queueLatencies(reported []db.QueueStats, waiting []db.QueueWaiting, now time.Time) map[string]time.Duration {
+	out := make(map[string]time.Duration, len(reported))
+	for _, q := range reported {
+		out[q.Queue] = 0
+	}
+	_, other := out[otherQueues]
+	for _, w := range waiting {
+		q := w.Queue
+		if _, ok := out[q]; !ok {
+			if !other {
+				continue // no queue is summed: every queue is reported
+			}
+			q = otherQueues
+		}
+		out[q] = max(out[q], latency(now, w.Since))
+	}
+	return out
+}
+
 // storeCollector reads the store's figures at scrape time.
 type storeCollector struct{ s *Server }
 
@@ -191,12 +214,14 @@ var (
 		"Audit log records by action. Kept in the file: counts since it was created.", "action")
 	descAuditHead = desc("fenceq_audit_head_sequence",
 		"Sequence number of the newest audit record.")
+	descQueueLatency = desc("fenceq_queue_latency_seconds",
+		"How long the oldest available job of the queue has waited for a claim (0 when none is available): the queues of fenceq_jobs, the rest as the largest of them under queue \"(other)\".", "queue")
 	descQueuePaused = desc("fenceq_queue_paused",
 		"1 while the queue is paused (it takes enqueues but gives no claims), 0 while it runs. Every paused queue is reported, also beyond the per-queue bound.", "queue")
 )
 
 var storeDescs = []*prometheus.Desc{descJobs, descClaims, descCompletions, descFailures, descRefusals,
-	descExpiries, descAuditRecords, descAuditHead, descQueuePaused}
+	descExpiries, descAuditRecords, descAuditHead, descQueuePaused, descQueueLatency}
 
 func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range storeDescs {
@@ -228,6 +253,13 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			gauge(descQueuePaused, v, q.Queue)
+		}
+		if waiting, err := s.store.QueueWaiting(ctx); err != nil {
+			ch <- prometheus.NewInvalidMetric(descQueueLatency, err)
+		} else {
+			for q, d := range queueLatencies(queues, waiting, s.cfg.Now()) {
+				gauge(descQueueLatency, d.Seconds(), q)
+			}
 		}
 	}
 

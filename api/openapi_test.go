@@ -555,6 +555,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.job(post(jobPath(failing.ID, "cancel"), admin, nil), http.StatusOK)
 	c.do(post(jobPath(failing.ID, "cancel"), admin, nil), http.StatusConflict)
 	c.do(post(jobPath(999999, "cancel"), admin, nil), http.StatusNotFound)
+	// A job waiting for a retry, for the status's retrying list.
+	later := c.job(post("/v1/jobs", producer, `{"queue":"later"}`), http.StatusCreated)
+	c.job(post("/v1/claim", worker, `{"worker":"f1","queues":["later"]}`), http.StatusOK)
+	c.job(post(jobPath(later.ID, "fail"), worker, `{"worker":"f1","fencing_token":1,"error":"busy","retry_delay_ms":600000}`), http.StatusOK)
 	// Batches: heartbeats with a stale item, completions with claim_next
 	// and an unknown job, failures; malformed batches are 400.
 	c.do(post("/v1/jobs", producer, `[{"queue":"bat"},{"queue":"bat"},{"queue":"bat"}]`), http.StatusCreated)
@@ -702,8 +706,13 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(post("/v1/audit/archive/remove", admin, `{"through_seq":1,"through_hash":"`+strings.Repeat("0", 64)+`"}`), http.StatusConflict)
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history?limit=2", failing.ID), producer), http.StatusOK) // with next
 	c.do(get(fmt.Sprintf("/v1/jobs/%d/history", id), producer), http.StatusOK)
+	c.do(get(fmt.Sprintf("/v1/jobs/%d/refusals?limit=5", bb), producer), http.StatusOK)
+	c.do(get(fmt.Sprintf("/v1/jobs/%d/refusals", id), producer), http.StatusOK)
+	r = get(fmt.Sprintf("/v1/jobs/%d/refusals?limit=0", bb), producer)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
 	st := c.do(get("/v1/status", admin), http.StatusOK)
-	for _, part := range []string{`"zombies":[{`, `"claimed":{"jobs":[{`, `"scheduled":{"jobs":[{`, `"leases":[{`, `"verified":{`} {
+	for _, part := range []string{`"zombies":[{`, `"claimed":{"jobs":[{`, `"scheduled":{"jobs":[{`, `"retrying":{"jobs":[{`, `"workers":[{`, `"latency_ms":`, `"leases":[{`, `"verified":{`} {
 		if !bytes.Contains(st.body, []byte(part)) {
 			t.Errorf("GET /v1/status: no %s in %s", part, st.body)
 		}

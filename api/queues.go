@@ -78,3 +78,33 @@ func (s *Server) queueList(ctx context.Context) ([]queueResponse, error) {
 	}
 	return out, nil
 }
+
+// withLatency fills each queue's latency (the status page's queues; GET
+// /v1/queues leaves it out, so that its answer changes only with the
+// queues themselves).
+func (s *Server) withLatency(ctx context.Context, out []queueResponse) ([]queueResponse, error) {
+	waiting, err := s.store.QueueWaiting(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	for i := range out {
+		out[i].LatencyMS = new(int64)
+	}
+	for j, k := 0, 0; j < len(out) && k < len(waiting); {
+		switch q, w := &out[j], waiting[k]; {
+		case q.Queue == w.Queue:
+			*q.LatencyMS, q.OldestJob, q.OldestAvailableAt = latency(now, w.Since).Milliseconds(), w.Job, optTime(w.Since)
+			j, k = j+1, k+1
+		case q.Queue < w.Queue:
+			j++
+		default:
+			k++
+		}
+	}
+	return out, nil
+}
+
+// latency is how long a job available since since has waited at now (0
+// for a clock behind the store's).
+func latency(now, since time.Time) time.Duration { return max(now.Sub(since), 0) }

@@ -133,7 +133,8 @@ func New(store Store, cfg Config) *Server {
 		cfg.AuditVerifyInterval = 30 * time.Second
 	}
 	obs := newObserver(cfg.Now)
-	s := &Server{store: observedStore{store, obs}, engine: store, cfg: cfg, log: slog.New(requestIDHandler{cfg.Logger.Handler()}),
+	log := slog.New(requestIDHandler{cfg.Logger.Handler()})
+	s := &Server{store: observedStore{store, obs, log}, engine: store, cfg: cfg, log: log,
 		echo: echo.New(), obs: obs}
 	s.initMetrics()
 	e := s.echo
@@ -186,6 +187,7 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/status", s.status)
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/jobs/:id/history", s.jobHistory)
+	v1.GET("/jobs/:id/refusals", s.jobRefusals)
 	e.GET("/metrics", s.serveMetrics)
 
 	if cfg.Index != nil {

@@ -16,6 +16,11 @@ import (
 // top of the operations of Store.
 type StatusStore interface {
 	ListJobsInState(ctx context.Context, req db.StateListRequest) ([]db.Job, error)
+	QueueWaiting(ctx context.Context) ([]db.QueueWaiting, error)
+	RecordRefusedCalls(ctx context.Context, calls []db.RefusedCall) error
+	ListRefusedCalls(ctx context.Context, req db.RefusedCallsRequest) ([]db.RefusedCall, error)
+	RecordWorkers(ctx context.Context, sightings []db.WorkerSighting) error
+	ListWorkers(ctx context.Context, req db.WorkersRequest) ([]db.Worker, error)
 	ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error)
 	AuditHead(ctx context.Context) (db.AuditHead, error)
 	AuditCounts(ctx context.Context) (db.AuditCounts, error)
@@ -26,22 +31,31 @@ type StatusStore interface {
 const (
 	throughputBucket  = 10 * time.Second
 	throughputBuckets = 60
-	// maxZombies is how many refused stale calls the status page keeps.
-	maxZombies = 100
+	// workerWriteInterval is how often, at most, a server writes what it
+	// heard from one worker (claims, heartbeats) to the store: a worker's
+	// first call is written at once, later ones at most this often, so a
+	// worker heartbeating many jobs costs no write per heartbeat.
+	workerWriteInterval = 10 * time.Second
+	// maxWorkersTracked bounds the workers a server remembers between
+	// writes; one more writes them all and starts afresh.
+	maxWorkersTracked = db.MaxObservationBatch
 	// defaultStatusLimit bounds each list of GET /v1/status.
 	defaultStatusLimit = 50
 )
 
 // observer records what the API did: claims, completions and failures that
-// committed (for the throughput chart and the counters in /metrics) and
-// fenced calls that were refused (the zombies). It sees the calls through
-// observedStore (jobs.go), so the handlers need not know about it.
+// committed (for the throughput chart and the counters in /metrics), the
+// refusals of fenced calls by operation, and the workers heard from since
+// they were last written to the store. It sees the calls through
+// observedStore (jobs.go), so the handlers need not know about it. The
+// refused calls themselves and the workers are kept in the store, which
+// every replica shares.
 type observer struct {
 	now func() time.Time
 
 	mu          sync.Mutex
 	ring        [throughputBuckets]throughputCounts
-	zombies     []zombie // the newest maxZombies, oldest first
+	workers     map[[2]string]*workerSeen // by principal, worker
 	claims      uint64
 	completions uint64
 	failures    map[string]uint64 // by outcome: "retry", "dead"
@@ -49,7 +63,94 @@ type observer struct {
 }
 
 func newObserver(now func() time.Time) *observer {
-	return &observer{now: now, failures: map[string]uint64{}, refusals: map[string]uint64{}}
+	return &observer{now: now, failures: map[string]uint64{}, refusals: map[string]uint64{},
+		workers: map[[2]string]*workerSeen{}}
+}
+
+// workerSeen is one worker as this server heard from it: what it has not
+// written yet, and when it last wrote.
+type workerSeen struct {
+	pending db.WorkerSighting // Claims and times since written
+	dirty   bool
+	written time.Time
+}
+
+// sighted notes a claim call (claim true: n jobs claimed) or an accepted
+// heartbeat of principal's worker, and returns the sightings to write now:
+// this worker's when it was not written for workerWriteInterval (or
+// never), or every pending one when the server remembers too many.
+func (o *observer) sighted(principal, worker string, claim bool, n int) []db.WorkerSighting {
+	if worker == "" {
+		return nil
+	}
+	now := o.now().UTC()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	k := [2]string{principal, worker}
+	w := o.workers[k]
+	if w == nil {
+		if len(o.workers) >= maxWorkersTracked {
+			out := o.takePending()
+			clear(o.workers)
+			o.workers[k] = &workerSeen{written: now}
+			return append(out, sighting(principal, worker, claim, n, now))
+		}
+		w = &workerSeen{}
+		o.workers[k] = w
+	}
+	if !w.dirty {
+		w.pending = db.WorkerSighting{Principal: principal, Worker: worker}
+	}
+	w.dirty = true
+	w.pending.Claims += uint64(n)
+	if claim {
+		w.pending.LastClaim = now
+	} else {
+		w.pending.LastHeartbeat = now
+	}
+	if !w.written.IsZero() && now.Sub(w.written) < workerWriteInterval {
+		return nil
+	}
+	w.written, w.dirty = now, false
+	return []db.WorkerSighting{w.pending}
+}
+
+func sighting(principal, worker string, claim bool, n int, now time.Time) db.WorkerSighting {
+	s := db.WorkerSighting{Principal: principal, Worker: worker, Claims: uint64(n)}
+	if claim {
+		s.LastClaim = now
+	} else {
+		s.LastHeartbeat = now
+	}
+	return s
+}
+
+// takePending returns every sighting not written yet and marks them
+// written. o.mu must be held.
+func (o *observer) takePending() []db.WorkerSighting {
+	var out []db.WorkerSighting
+	now := o.now()
+	for _, w := range o.workers {
+		if w.dirty {
+			out = append(out, w.pending)
+			w.dirty, w.written = false, now
+		}
+	}
+	return out
+}
+
+// pendingWorkers returns the sightings this server has not written yet,
+// which the status page adds to what the store lists.
+func (o *observer) pendingWorkers() []db.WorkerSighting {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []db.WorkerSighting
+	for _, w := range o.workers {
+		if w.dirty {
+			out = append(out, w.pending)
+		}
+	}
+	return out
 }
 
 // throughputCounts is one bucket of the throughput ring.
@@ -126,8 +227,11 @@ func (o *observer) throughput() []throughputCounts {
 
 // zombie is a heartbeat, completion or failure that was refused because
 // its caller no longer held the claim: a worker paused past its lease, or
-// a restarted one acting on an old claim.
+// a restarted one acting on an old claim. They are kept in the store
+// (db.RefusedCall), the newest db.MaxRefusedCalls, so every replica shows
+// the same ones and they outlive a restart.
 type zombie struct {
+	Seq       uint64    `json:"seq"`
 	At        time.Time `json:"at"`
 	Principal string    `json:"principal"`
 	Worker    string    `json:"worker"`
@@ -146,6 +250,15 @@ type zombie struct {
 	HeldBy       string `json:"held_by,omitempty"`
 	Code         string `json:"code"`
 	Message      string `json:"message"`
+}
+
+func toZombies(calls []db.RefusedCall) []zombie {
+	out := make([]zombie, 0, len(calls))
+	for _, c := range calls {
+		out = append(out, zombie{Seq: c.Seq, At: c.At.UTC(), Principal: c.Principal, Worker: c.Worker, Job: c.Job,
+			Operation: c.Operation, TokenSent: c.TokenSent, Code: c.Code, Message: c.Message})
+	}
+	return out
 }
 
 // withJobNow fills the current state of each zombie's job (one read per
@@ -173,25 +286,22 @@ func (s *Server) withJobNow(ctx context.Context, zs []zombie) ([]zombie, error) 
 	return zs, nil
 }
 
-func (o *observer) refused(z zombie) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.refusals[z.Operation]++
-	if len(o.zombies) == maxZombies {
-		o.zombies = append(o.zombies[:0], o.zombies[1:]...)
+// zombies reads the newest refused calls (of job, or of every job when
+// it is 0) from the store, with their jobs as they are now.
+func (s *Server) zombies(ctx context.Context, job uint64, limit int) ([]zombie, error) {
+	calls, err := s.store.ListRefusedCalls(ctx, db.RefusedCallsRequest{Job: job, Limit: limit})
+	if err != nil {
+		return nil, err
 	}
-	o.zombies = append(o.zombies, z)
+	return s.withJobNow(ctx, toZombies(calls))
 }
 
-// recentZombies returns up to limit zombies, newest first.
-func (o *observer) recentZombies(limit int) []zombie {
+func (o *observer) refused(ops ...string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]zombie, 0, min(limit, len(o.zombies)))
-	for i := len(o.zombies) - 1; i >= 0 && len(out) < limit; i-- {
-		out = append(out, o.zombies[i])
+	for _, op := range ops {
+		o.refusals[op]++
 	}
-	return out
 }
 
 // observedCounts is a copy of the observer's counters.
@@ -304,31 +414,87 @@ type statusResponse struct {
 	Queues     []queueResponse    `json:"queues,omitzero"`
 	Throughput []throughputCounts `json:"throughput,omitzero"`
 	// BucketSeconds is the width of a throughput bucket.
-	BucketSeconds int                  `json:"bucket_seconds"`
-	Claimed       *jobListResponse     `json:"claimed,omitempty"`
-	Scheduled     *jobListResponse     `json:"scheduled,omitempty"`
-	Dead          *jobListResponse     `json:"dead,omitempty"`
-	Zombies       []zombie             `json:"zombies,omitzero"`
-	Leases        []leaseResponse      `json:"leases,omitzero"`
-	Audit         *auditStatusResponse `json:"audit,omitempty"`
+	BucketSeconds int              `json:"bucket_seconds"`
+	Claimed       *jobListResponse `json:"claimed,omitempty"`
+	// Scheduled lists the scheduled jobs not yet attempted, Retrying those
+	// waiting for a retry (they failed before: last_error, and run_at is
+	// the next attempt). Both carry the total of every scheduled job.
+	Scheduled *jobListResponse     `json:"scheduled,omitempty"`
+	Retrying  *jobListResponse     `json:"retrying,omitempty"`
+	Dead      *jobListResponse     `json:"dead,omitempty"`
+	Zombies   []zombie             `json:"zombies,omitzero"`
+	Workers   []workerResponse     `json:"workers,omitzero"`
+	Leases    []leaseResponse      `json:"leases,omitzero"`
+	Audit     *auditStatusResponse `json:"audit,omitempty"`
 }
 
-// status: GET /v1/status?limit= → everything the status page shows, in one
-// reply the page polls. Each part is there only when the caller's roles
-// allow the endpoint that serves it (queues and jobs: GET /v1/jobs; leases:
-// GET /v1/leases; the audit head: GET /v1/audit/verify), so the page never
-// shows more than the caller could fetch itself. Each list holds at most
-// limit entries (default 50, at most db.MaxListLimit). The parts are read
-// in separate read transactions, so a list may differ by a job or two from
-// the counts read a moment earlier.
-func (s *Server) status(c echo.Context) error {
+// workerResponse is a worker heard from: its claim calls and accepted
+// heartbeats, through every server of the store.
+type workerResponse struct {
+	Principal       string     `json:"principal"`
+	Worker          string     `json:"worker"`
+	Claims          uint64     `json:"claims"`
+	FirstSeen       time.Time  `json:"first_seen"`
+	LastSeen        time.Time  `json:"last_seen"`
+	LastClaimAt     *time.Time `json:"last_claim_at,omitempty"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+}
+
+// workers lists the workers heard from most recently, up to limit: those
+// the store holds, with what this server heard since it last wrote them.
+func (s *Server) workers(ctx context.Context, limit int) ([]workerResponse, error) {
+	stored, err := s.store.ListWorkers(ctx, db.WorkersRequest{Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[[2]string]int{}
+	for i, w := range stored {
+		byKey[[2]string{w.Principal, w.Worker}] = i
+	}
+	for _, p := range s.obs.pendingWorkers() {
+		if i, ok := byKey[[2]string{p.Principal, p.Worker}]; ok {
+			stored[i] = db.MergeWorker(&stored[i], p)
+		} else {
+			byKey[[2]string{p.Principal, p.Worker}] = len(stored)
+			stored = append(stored, db.MergeWorker(nil, p))
+		}
+	}
+	slices.SortStableFunc(stored, func(a, b db.Worker) int { return b.LastSeen.Compare(a.LastSeen) })
+	out := make([]workerResponse, 0, min(limit, len(stored)))
+	for _, w := range stored[:min(limit, len(stored))] {
+		out = append(out, workerResponse{Principal: w.Principal, Worker: w.Worker, Claims: w.Claims,
+			FirstSeen: w.FirstSeen.UTC(), LastSeen: w.LastSeen.UTC(),
+			LastClaimAt: optTime(w.LastClaim.UTC()), LastHeartbeatAt: optTime(w.LastHeartbeat.UTC())})
+	}
+	return out, nil
+}
+
+// statusLimit reads ?limit= (default 50, at most db.MaxListLimit).
+func statusLimit(c echo.Context) (int, error) {
 	limit := defaultStatusLimit
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > db.MaxListLimit {
-			return invalidArgument("limit %q must be an integer between 1 and %d", v, db.MaxListLimit)
+			return 0, invalidArgument("limit %q must be an integer between 1 and %d", v, db.MaxListLimit)
 		}
 		limit = n
+	}
+	return limit, nil
+}
+
+// status: GET /v1/status?limit= → everything the status page shows, in one
+// reply the page polls. Each part is there only when the caller's roles
+// allow the endpoint that serves it (queues, jobs, refused calls and
+// workers: GET /v1/jobs; leases: GET /v1/leases; the audit head: GET
+// /v1/audit/verify), so the page never shows more than the caller could
+// fetch itself. Each list holds at most limit entries (default 50, at
+// most db.MaxListLimit). The parts are read in separate read
+// transactions, so a list may differ by a job or two from the counts read
+// a moment earlier.
+func (s *Server) status(c echo.Context) error {
+	limit, err := statusLimit(c)
+	if err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
 	out := statusResponse{whoamiResponse: s.whoamiOf(c),
@@ -336,6 +502,9 @@ func (s *Server) status(c echo.Context) error {
 	if out.Can.Jobs {
 		queues, err := s.queueList(ctx)
 		if err != nil {
+			return err
+		}
+		if queues, err = s.withLatency(ctx, queues); err != nil {
 			return err
 		}
 		totals := map[db.State]uint64{}
@@ -349,19 +518,24 @@ func (s *Server) status(c echo.Context) error {
 		lists := []struct {
 			dst   **jobListResponse
 			state db.State
+			retry db.RetryFilter
 		}{
-			{&out.Claimed, db.StateClaimed},
-			{&out.Scheduled, db.StateScheduled},
-			{&out.Dead, db.StateDead},
+			{&out.Claimed, db.StateClaimed, db.RetryAny},
+			{&out.Scheduled, db.StateScheduled, db.RetryNone},
+			{&out.Retrying, db.StateScheduled, db.RetryOnly},
+			{&out.Dead, db.StateDead, db.RetryAny},
 		}
 		for _, l := range lists {
-			jobs, err := s.store.ListJobsInState(ctx, db.StateListRequest{State: l.state, Limit: limit})
+			jobs, err := s.store.ListJobsInState(ctx, db.StateListRequest{State: l.state, Limit: limit, Retry: l.retry})
 			if err != nil {
 				return err
 			}
 			*l.dst = &jobListResponse{Jobs: toJobsResponse(jobs).Jobs, Total: totals[l.state]}
 		}
-		if out.Zombies, err = s.withJobNow(ctx, s.obs.recentZombies(limit)); err != nil {
+		if out.Zombies, err = s.zombies(ctx, 0, limit); err != nil {
+			return err
+		}
+		if out.Workers, err = s.workers(ctx, limit); err != nil {
 			return err
 		}
 	}
@@ -383,6 +557,28 @@ func (s *Server) status(c echo.Context) error {
 		out.Audit = &auditStatusResponse{HeadSeq: head.Seq, HeadHash: head.Hash, Verified: s.auditVerified(ctx, head)}
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// jobRefusals: GET /v1/jobs/{id}/refusals?limit= → the refused fenced
+// calls made against the job that the store still keeps (the newest
+// db.MaxRefusedCalls of every job), newest first, each with the job as it
+// is now. A job without any, or one that never existed, has an empty list.
+func (s *Server) jobRefusals(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	limit, err := statusLimit(c)
+	if err != nil {
+		return err
+	}
+	zs, err := s.zombies(c.Request().Context(), id, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, struct {
+		Refusals []zombie `json:"refusals"`
+	}{zs})
 }
 
 // auditCheck is the status page's verification of the audit chain. It is

@@ -254,15 +254,15 @@ func TestStatus_RefusedStaleCallsAreZombies(t *testing.T) {
 	}
 }
 
-func TestStatus_KeepsTheLastHundredZombies(t *testing.T) {
+func TestStatus_ListsTheZombiesTheStoreKeeps(t *testing.T) {
 	ts := newTestServer(t, db.Rules{}, api.Config{})
 	for i := 1; i <= 105; i++ {
 		wantError(t, "heartbeat", ts.post(fmt.Sprintf("/v1/jobs/%d/heartbeat", i), map[string]any{"worker": "w"}),
 			http.StatusNotFound, "not_found")
 	}
 	st := ts.status("?limit=1000")
-	if len(st.Zombies) != 100 || st.Zombies[0].Job != 105 || st.Zombies[99].Job != 6 {
-		t.Fatalf("status zombies: %d, first job %d, last job %d; want 100 from job 105 down to 6",
+	if len(st.Zombies) != 105 || st.Zombies[0].Job != 105 || st.Zombies[104].Job != 1 {
+		t.Fatalf("status zombies: %d, first job %d, last job %d; want 105 from job 105 down to 1 (the store keeps 1000)",
 			len(st.Zombies), st.Zombies[0].Job, st.Zombies[len(st.Zombies)-1].Job)
 	}
 	if z := st.Zombies[0]; z.TokenCurrent != 0 || z.JobState != "" {

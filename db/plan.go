@@ -226,17 +226,19 @@ type StoredKind string
 // The stored kinds. Indexes and counters derived from them are not kinds
 // of their own: an engine rebuilds them from what it stores.
 const (
-	StoredJobs        StoredKind = "jobs"         // job records, with their idempotency keys
-	StoredJobSequence StoredKind = "job sequence" // the last job id issued, so that no id is issued twice
-	StoredLeases      StoredKind = "leases"       // named leases and their tokens
-	StoredPauses      StoredKind = "pauses"       // paused queues
-	StoredAudit       StoredKind = "audit"        // the chain's links, head and checkpoint
+	StoredJobs        StoredKind = "jobs"          // job records, with their idempotency keys
+	StoredJobSequence StoredKind = "job sequence"  // the last job id issued, so that no id is issued twice
+	StoredLeases      StoredKind = "leases"        // named leases and their tokens
+	StoredPauses      StoredKind = "pauses"        // paused queues
+	StoredAudit       StoredKind = "audit"         // the chain's links, head and checkpoint
+	StoredRefused     StoredKind = "refused calls" // the refused fenced calls the status page lists (observe.go)
+	StoredWorkers     StoredKind = "workers"       // the workers heard from (observe.go)
 )
 
 // StoredKinds lists every stored kind, in the order a copy carries them.
 // A kind an engine starts to store is added here; the engines' tests then
 // fail until each maps its storage to it and the copy carries it.
-var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit}
+var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit, StoredRefused, StoredWorkers}
 
 // SweepPasses runs sweep transactions (once, an engine's SweepOnce) of
 // DefaultSweepBatch jobs until one removes fewer, and returns how many

@@ -126,6 +126,11 @@ type StateListRequest struct {
 	State State
 	Queue string // empty: every queue
 	Limit int    // 0: DefaultListLimit; at most MaxListLimit
+	// Retry narrows a list of scheduled jobs to those waiting for a retry
+	// (RetryOnly) or to those never attempted (RetryNone); other states
+	// take only RetryAny. A filtered list of the bbolt engine reads at
+	// most its scan budget of scheduled jobs and may return fewer.
+	Retry RetryFilter
 }
 
 // QueueStats counts one queue's jobs by state.

@@ -296,6 +296,9 @@ func ValidateStateList(req *StateListRequest) error {
 	default:
 		return Errorf(CodeInvalid, "state %q cannot be listed in state order; list claimed, scheduled or dead jobs, or page through jobs by id", req.State)
 	}
+	if req.Retry > RetryNone || (req.Retry != RetryAny && req.State != StateScheduled) {
+		return Errorf(CodeInvalid, "retry filter %d applies to scheduled jobs only", req.Retry)
+	}
 	if req.Queue != "" {
 		if err := ValidateQueue(req.Queue); err != nil {
 			return err

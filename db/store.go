@@ -65,6 +65,29 @@ type Store interface {
 	ListJobsInState(ctx context.Context, req StateListRequest) ([]Job, error)
 	// Stats counts jobs per queue and state.
 	Stats(ctx context.Context) ([]QueueStats, error)
+	// QueueWaiting returns, for every queue with available jobs in name
+	// order, its oldest available job: the earliest run_at among the
+	// first MaxWaitingPriorities priority levels, read from the claim
+	// index (no scan of the queue's jobs).
+	QueueWaiting(ctx context.Context) ([]QueueWaiting, error)
+
+	// RecordRefusedCalls keeps calls (see NormalizeRefusedCalls) in one
+	// transaction, each with a new Seq and, when At is zero, the store's
+	// now, and removes the oldest beyond MaxRefusedCalls. It changes no
+	// job. Refusals: CodeInvalid, CodeTooLarge.
+	RecordRefusedCalls(ctx context.Context, calls []RefusedCall) error
+	// ListRefusedCalls returns the newest refused calls first, of every
+	// job or of req.Job. Refusals: CodeInvalid (a bad limit).
+	ListRefusedCalls(ctx context.Context, req RefusedCallsRequest) ([]RefusedCall, error)
+	// RecordWorkers merges sightings into the workers' records (see
+	// NormalizeWorkerSightings and MergeWorker) in one transaction, and
+	// removes workers not seen for WorkerRetention and those beyond
+	// MaxWorkersKept, heard from longest ago first. It changes no job.
+	// Refusals: CodeInvalid, CodeTooLarge.
+	RecordWorkers(ctx context.Context, sightings []WorkerSighting) error
+	// ListWorkers returns the workers heard from most recently first.
+	// Refusals: CodeInvalid (a bad limit).
+	ListWorkers(ctx context.Context, req WorkersRequest) ([]Worker, error)
 
 	// SetQueuePaused pauses or resumes a queue (see SetPause). A paused
 	// queue takes enqueues but gives no job to a claim: ClaimJobs, a

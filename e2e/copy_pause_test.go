@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
@@ -19,7 +20,8 @@ import (
 // not paused on PostgreSQL, and its jobs were handed out, while the copied
 // chain ended with the pause record. Now the pause is carried, since the
 // same time and by the same principal, and a claim gets nothing until the
-// queue is resumed.
+// queue is resumed. The status page's refused calls and workers, stored
+// kinds as well, are carried as they are.
 func TestCopy_APausedQueueStaysPausedOnPostgreSQL(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "fenceq.db")
@@ -41,6 +43,24 @@ func TestCopy_APausedQueueStaysPausedOnPostgreSQL(t *testing.T) {
 	if err != nil || len(pauses) != 1 {
 		t.Fatalf("PausedQueues() on the file = %v, %v", pauses, err)
 	}
+	// The status page's observations are stored kinds too (db.StoredKinds).
+	for i := 1; i <= 2; i++ {
+		if err := src.RecordRefusedCalls(ctx, []db.RefusedCall{{Principal: "p", Worker: "w", Job: r.Job.ID, Operation: "complete",
+			TokenSent: uint64(i), Code: "failed_precondition", Message: "stale " + string(rune('0'+i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.RecordWorkers(ctx, []db.WorkerSighting{{Principal: "p", Worker: "w", Claims: 3, LastClaim: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := src.ListRefusedCalls(ctx, db.RefusedCallsRequest{})
+	if err != nil || len(refused) != 2 {
+		t.Fatalf("ListRefusedCalls() on the file = %v, %v", refused, err)
+	}
+	workers, err := src.ListWorkers(ctx, db.WorkersRequest{})
+	if err != nil || len(workers) != 1 {
+		t.Fatalf("ListWorkers() on the file = %v, %v", workers, err)
+	}
 	src.Close()
 
 	target := pgtest.NewSchema(t)
@@ -56,6 +76,15 @@ func TestCopy_APausedQueueStaysPausedOnPostgreSQL(t *testing.T) {
 	got, err := dst.PausedQueues(ctx)
 	if err != nil || len(got) != 1 || got[0].Queue != "q" || got[0].PausedBy != "ops" || !got[0].PausedAt.Equal(pauses[0].PausedAt) {
 		t.Fatalf("PausedQueues() on the target = %+v, %v; want %+v", got, err, pauses)
+	}
+	gotRefused, err := dst.ListRefusedCalls(ctx, db.RefusedCallsRequest{Job: r.Job.ID})
+	if err != nil || len(gotRefused) != 2 || gotRefused[0].Message != refused[0].Message || gotRefused[1].Message != refused[1].Message ||
+		!gotRefused[0].At.Equal(refused[0].At) || gotRefused[0].TokenSent != 2 {
+		t.Fatalf("ListRefusedCalls() on the target = %+v, %v; want %+v (newest first)", gotRefused, err, refused)
+	}
+	gotWorkers, err := dst.ListWorkers(ctx, db.WorkersRequest{})
+	if err != nil || len(gotWorkers) != 1 || gotWorkers[0].Claims != 3 || !gotWorkers[0].LastSeen.Equal(workers[0].LastSeen) {
+		t.Fatalf("ListWorkers() on the target = %+v, %v; want %+v", gotWorkers, err, workers)
 	}
 	if jobs, err := dst.ClaimJobs(ctx, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}}); err != nil || len(jobs) != 0 {
 		t.Fatalf("ClaimJobs(q) on the target = %v, %v; want nothing: q is paused", jobs, err)

@@ -88,6 +88,8 @@ type pageServer struct {
 	t     *testing.T
 	url   string
 	store *bolt.Store
+	// zombieJob is the job the seeded stale heartbeat was made against.
+	zombieJob uint64
 }
 
 func newPageServer(t *testing.T, principals *api.Principals) *pageServer {
@@ -142,8 +144,8 @@ type jobJSON struct {
 }
 
 // seed makes the workload the page shows: emails 2 available + 1 claimed,
-// reports 1 scheduled, images 1 dead, a named lease, and a stale heartbeat
-// (a zombie). It returns the dead job's id.
+// reports 1 scheduled, images 1 dead, flaky 1 waiting for a retry, a named
+// lease, and a stale heartbeat (a zombie). It returns the dead job's id.
 func (ps *pageServer) seed(token string) uint64 {
 	ps.t.Helper()
 	for i := 0; i < 3; i++ {
@@ -159,6 +161,12 @@ func (ps *pageServer) seed(token string) uint64 {
 		`{"worker":"w2","error":"decoder crashed: unexpected EOF","final":true}`, 200, nil)
 	ps.call(token, "POST", fmt.Sprintf("/v1/jobs/%d/heartbeat", claimed.ID),
 		fmt.Sprintf(`{"worker":"w1","fencing_token":%d}`, claimed.FencingToken+4), 404, nil)
+	ps.zombieJob = claimed.ID
+	var flaky jobJSON
+	ps.call(token, "POST", "/v1/jobs", `{"queue":"flaky"}`, 201, &flaky)
+	ps.call(token, "POST", "/v1/claim", `{"worker":"w3","queues":["flaky"]}`, 200, nil)
+	ps.call(token, "POST", fmt.Sprintf("/v1/jobs/%d/fail", flaky.ID),
+		`{"worker":"w3","error":"smtp timeout","retry_delay_ms":600000}`, 200, nil)
 	ps.call(token, "POST", "/v1/leases/%2Fdata%2Freport.csv/acquire", `{"holder":"etl-1","ttl_ms":600000}`, 200, nil)
 	return dead.ID
 }
@@ -253,10 +261,11 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	waitJS(t, ctx, "the named lease", `document.querySelector('#leases tbody').textContent.includes('/data/report.csv')`)
 	waitJS(t, ctx, "the audit chain verifying", `document.querySelector('#audit').textContent.includes('Verifies')`)
 	waitJS(t, ctx, "the throughput chart's lines", `document.querySelectorAll('#chart polyline').length === 3`)
-	waitJS(t, ctx, "the chart's description", `document.querySelector('#chart-desc').textContent.includes('2 claims')`)
+	waitJS(t, ctx, "the chart's description", `document.querySelector('#chart-desc').textContent.includes('3 claims')`)
 	if !evalJS[bool](t, ctx, accessible) {
 		t.Errorf("a visible button has no accessible name, or a table is not labelled")
 	}
+	checkOperatorParts(t, ctx, "at 1280 px")
 
 	// A job enqueued through the API appears without a reload.
 	evalJS[any](t, ctx, `window.__sameDocument = 42`)
@@ -343,20 +352,78 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	waitJS(t, ctx, "the job's state and error", `document.querySelector('#job-state').textContent === 'available' && `+
 		`document.querySelector('#job-errors').textContent.includes('decoder crashed')`)
 	waitJS(t, ctx, "the payload", `document.querySelector('#job-payload').textContent.includes('cat.png')`)
+	waitJS(t, ctx, "no refused calls against the dead job", `document.querySelector('#n-refusals').textContent === '(0)'`)
 	if n := evalJS[float64](t, ctx, `document.querySelectorAll('#job-actions button[data-action="retry"]').length`); n != 0 {
 		t.Errorf("an available job's page offers Retry")
 	}
 	screenshot(t, ctx, shots, "job.png")
+	// The job a stale heartbeat was made against lists it on its own page.
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", ps.url, ps.zombieJob))); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the job's refused heartbeat", `document.querySelector('#n-refusals').textContent === '(1)' && `+
+		`!!document.querySelector('#job-refusals tr[data-operation="heartbeat"]') && `+
+		`document.querySelector('#job-refusals').textContent.includes('local|w1')`)
 
-	// A phone: the page fits the width, every row a card.
+	// A phone: the page fits the width, every row a card; a paused
+	// queue's Resume button keeps its label on one line.
+	ps.call("", "POST", "/v1/queues/emails/pause", "", 200, nil)
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile), chromedp.Navigate(ps.url+"/")); err != nil {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "the counts on a phone", cell("emails", "available")+` === "2"`)
+	checkOperatorParts(t, ctx, "at 390 px")
+	waitJS(t, ctx, "the Resume button on a phone", fmt.Sprintf(`!!document.querySelector('%s')`, resume))
+	if lines := evalJS[float64](t, ctx, fmt.Sprintf(`(() => {
+	  const r = document.createRange(); r.selectNodeContents(document.querySelector('%s'));
+	  return new Set([...r.getClientRects()].map((c) => Math.round(c.top))).size; })()`, resume)); lines != 1 {
+		t.Errorf("on a 390 px wide phone the Resume button's label takes %v lines, want 1", lines)
+	}
 	if w := evalJS[float64](t, ctx, `document.documentElement.scrollWidth - window.innerWidth`); w > 0 {
 		t.Errorf("on a 390 px wide phone the page is %v px wider than the screen", w)
 	}
 	screenshot(t, ctx, shots, "status-phone.png")
+}
+
+// checkOperatorParts checks the parts of the status page an operator acts
+// on (issue 31), at the browser's current width: dead jobs and refused
+// stale calls come before the queues; each queue shows how long its
+// oldest job has waited; the job waiting for a retry is listed apart, with
+// its error and next attempt; the workers heard from are listed; the
+// throughput chart's ticks are whole numbers.
+func checkOperatorParts(t *testing.T, ctx context.Context, where string) {
+	t.Helper()
+	waitJS(t, ctx, "the workers "+where, `['local|w1', 'local|w2', 'local|w3'].every((w) => `+
+		`!!document.querySelector('#workers tr[data-worker="' + w + '"]'))`)
+	waitJS(t, ctx, "the job waiting for a retry "+where, `(() => {
+	  const rows = document.querySelectorAll('#retrying tbody tr[data-job]');
+	  return rows.length === 1 && rows[0].textContent.includes('smtp timeout') && rows[0].textContent.includes('flaky') &&
+	    /in 9m|in 10m/.test(rows[0].querySelector('time').textContent); })()`)
+	if evalJS[bool](t, ctx, `document.querySelector('#scheduled tbody').textContent.includes('flaky')`) {
+		t.Errorf("%s: the job waiting for a retry is also listed as scheduled", where)
+	}
+	waitJS(t, ctx, "the queue latencies "+where, cell("emails", "latency")+` !== undefined && /^\d+s$/.test(`+cell("emails", "latency")+`) && `+
+		cell("reports", "latency")+` === "—"`)
+	order := evalJS[[]string](t, ctx, `[...document.querySelectorAll('main > section:not([hidden])')]
+	  .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top || a.getBoundingClientRect().left - b.getBoundingClientRect().left)
+	  .map((s) => s.id)`)
+	pos := map[string]int{}
+	for i, id := range order {
+		pos[id] = i
+	}
+	if !(pos["sec-dead"] < pos["sec-queues"] && pos["sec-zombies"] < pos["sec-queues"]) {
+		t.Errorf("%s: sections from the top = %v, want dead jobs and refused stale calls before the queues", where, order)
+	}
+	ticks := evalJS[[]string](t, ctx, `[...document.querySelectorAll('#chart .grid text')].map((t) => t.textContent).filter((t) => /^[0-9.,]+$/.test(t))`)
+	if len(ticks) != 3 {
+		t.Errorf("%s: chart ticks = %q, want 3", where, ticks)
+	}
+	for _, tick := range ticks {
+		if strings.ContainsAny(tick, ".,") {
+			t.Errorf("%s: chart ticks = %q, want whole numbers for whole counts", where, ticks)
+			break
+		}
+	}
 }
 
 // TestStatusPage_AsksForATokenOnceAndShowsButtonsByRole: with principals,

@@ -43,11 +43,25 @@ var (
 	// bucketPaused: queue name → msgpack pauseRecord; the paused queues,
 	// which claims skip (pause.go). Schema version 3.
 	bucketPaused = []byte("queue_paused")
+	// bucketRefused: sequence (8) → msgpack refusedRecord; the newest
+	// db.MaxRefusedCalls refused fenced calls (observe.go). Schema version 6.
+	bucketRefused = []byte("refused")
+	// bucketRefusedJob: job id (8) ‖ sequence (8) → nil; the refused calls
+	// of one job.
+	bucketRefusedJob = []byte("idx_refused_job")
+	// bucketWorkers: workerKey(principal, worker) → msgpack workerRecord;
+	// at most db.MaxWorkersKept workers heard from (observe.go). The
+	// bucket's sequence is the number of workers it holds.
+	bucketWorkers = []byte("workers")
+	// bucketWorkersSeen: lastSeen ‖ workerKey → nil; the workers in the
+	// order they were last heard from, for listing and pruning.
+	bucketWorkersSeen = []byte("idx_workers_seen")
 )
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
 	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
-	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused, bucketScheduledQueue}
+	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused, bucketScheduledQueue,
+	bucketRefused, bucketRefusedJob, bucketWorkers, bucketWorkersSeen}
 
 var (
 	metaSchemaVersion = []byte("schema_version")

@@ -31,6 +31,10 @@ var bucketKinds = map[string]db.StoredKind{
 	"idx_audit_subject":   "",
 	"audit_counts":        "",
 	"queue_paused":        db.StoredPauses,
+	"refused":             db.StoredRefused,
+	"idx_refused_job":     "",
+	"workers":             db.StoredWorkers,
+	"idx_workers_seen":    "",
 }
 
 // TestEveryBucketHoldsAStoredKindOrIsDerived: a bucket added for a new

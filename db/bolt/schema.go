@@ -30,10 +30,14 @@ import (
 //	   which a claim promotes its own queues' due jobs. A build of
 //	   version 4 would not keep it, so it must refuse the file. The
 //	   upgrade from 4 fills it from idx_scheduled.
+//	6  refused, idx_refused_job, workers and idx_workers_seen: the refused fenced calls and the workers heard from,
+//	   each kept bounded (observe.go). A build of version 5 would leave
+//	   them unbounded and the worker count wrong. The upgrade from 5
+//	   writes nothing but the version (the buckets start empty).
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 5
+const schemaVersion = observationsSchema
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
@@ -42,7 +46,12 @@ var upgrades = map[uint64]func(tx *bbolt.Tx) error{
 	2:                        func(*bbolt.Tx) error { return nil },
 	pausedQueuesSchema - 1:   addPausedQueues,
 	scheduledQueueSchema - 1: buildScheduledQueueIndex,
+	observationsSchema - 1:   func(*bbolt.Tx) error { return nil }, // initFile created the buckets empty
 }
+
+// observationsSchema is the schema version that added the refused calls
+// and the workers (observe.go).
+const observationsSchema = 6
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
 // it reports whether the file must be upgraded, and refuses a newer one.

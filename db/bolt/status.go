@@ -64,8 +64,8 @@ func listClaimed(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error
 
 // listScheduled lists up to req.Limit scheduled jobs from the
 // scheduled index, the earliest run_at first. That index is not keyed by
-// queue, so with req.Queue it reads at most listScanBudget entries and may
-// return fewer jobs than exist. It returns CodeInvalid for a bad
+// queue or by attempts, so with req.Queue or req.Retry it reads at most
+// listScanBudget entries and may return fewer jobs than exist. It returns CodeInvalid for a bad
 // queue or limit.
 func listScheduled(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err error) {
 	out = []db.Job{}
@@ -78,7 +78,9 @@ func listScheduled(tx *bbolt.Tx, req db.StateListRequest) (out []db.Job, err err
 			if err != nil {
 				return err
 			}
-			if req.Queue == "" || rec.Queue == req.Queue {
+			retrying := rec.Attempts > 0
+			if (req.Queue == "" || rec.Queue == req.Queue) &&
+				(req.Retry == db.RetryAny || retrying == (req.Retry == db.RetryOnly)) {
 				out = append(out, rec.job())
 			}
 		}

@@ -50,6 +50,75 @@ var replicaTests = []struct {
 	{"LeaseTokensOnlyGrowAcrossReplicas", testLeaseTokensOnlyGrowAcrossReplicas},
 	{"OneIdempotencyKeyThroughEveryReplicaMakesOneJob", testOneIdempotencyKeyThroughEveryReplicaMakesOneJob},
 	{"AnEnqueueThroughOneReplicaWakesALongPollOnAnother", testAnEnqueueThroughOneReplicaWakesALongPollOnAnother},
+	{"ObservationsThroughEveryReplicaAreOneBoundedList", testObservationsThroughEveryReplicaAreOneBoundedList},
+}
+
+// Refused calls and worker sightings written through every replica at
+// once end as one list that every replica reads the same: the refused
+// calls bounded to the newest db.MaxRefusedCalls, each worker's claims the
+// sum of what every replica wrote (none lost to a race).
+func testObservationsThroughEveryReplicaAreOneBoundedList(t *testing.T, open ReplicaFactory) {
+	clk := newFakeClock()
+	r := open(t, testRules(clk), 3)
+	const rounds = 8
+	perRound := db.MaxRefusedCalls/(rounds*len(r)) + 10 // together past the bound
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*rounds*len(r))
+	for i, s := range r {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := 0; round < rounds; round++ {
+				calls := make([]db.RefusedCall, perRound)
+				for k := range calls {
+					calls[k] = db.RefusedCall{Worker: fmt.Sprint("r", i), Job: uint64(round + 1), Operation: "heartbeat", Code: "not_found"}
+				}
+				errs <- s.RecordRefusedCalls(ctx, calls)
+				errs <- s.RecordWorkers(ctx, []db.WorkerSighting{
+					{Principal: "local", Worker: "shared", Claims: 1, LastClaim: clk.Now()},
+					{Principal: "local", Worker: fmt.Sprint("only-", i), Claims: 2, LastHeartbeat: clk.Now()},
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("recording observations through every replica: %v", err)
+		}
+	}
+	var first string
+	for i, s := range r {
+		calls, err := s.ListRefusedCalls(ctx, db.RefusedCallsRequest{Limit: db.MaxListLimit})
+		if err != nil {
+			t.Fatalf("replica %d: ListRefusedCalls() error = %v", i, err)
+		}
+		if len(calls) != db.MaxRefusedCalls {
+			t.Errorf("replica %d lists %d refused calls of %d written, want the newest %d", i, len(calls), rounds*len(r)*perRound, db.MaxRefusedCalls)
+		}
+		workers, err := s.ListWorkers(ctx, db.WorkersRequest{})
+		if err != nil {
+			t.Fatalf("replica %d: ListWorkers() error = %v", i, err)
+		}
+		claims := map[string]uint64{}
+		for _, w := range workers {
+			claims[w.Worker] = w.Claims
+		}
+		want := map[string]uint64{"shared": uint64(rounds * len(r))}
+		for k := range r {
+			want[fmt.Sprint("only-", k)] = 2 * rounds
+		}
+		if fmt.Sprint(claims) != fmt.Sprint(want) {
+			t.Errorf("replica %d: workers' claims = %v, want %v", i, claims, want)
+		}
+		seen := fmt.Sprint(calls, workers)
+		if i == 0 {
+			first = seen
+		} else if seen != first {
+			t.Errorf("replica %d lists other observations than replica 0", i)
+		}
+	}
 }
 
 // A worker claims through A, is paused past its lease and claims again

@@ -227,6 +227,16 @@ func takeSnapshot(tb testing.TB, s db.Store) snapshot {
 		}
 		after = page.Next
 	}
+	refused, err := s.ListRefusedCalls(c, db.RefusedCallsRequest{Limit: db.MaxListLimit})
+	if err != nil {
+		tb.Fatalf("snapshot: ListRefusedCalls: %v", err)
+	}
+	snap[observedKey+"refused calls"] = fmt.Sprintf("%+v", refused)
+	workers, err := s.ListWorkers(c, db.WorkersRequest{Limit: db.MaxListLimit})
+	if err != nil {
+		tb.Fatalf("snapshot: ListWorkers: %v", err)
+	}
+	snap[observedKey+"workers"] = fmt.Sprintf("%+v", workers)
 	if sn, ok := s.(Snapshotter); ok {
 		raw, err := sn.Snapshot()
 		if err != nil {
@@ -237,6 +247,26 @@ func takeSnapshot(tb testing.TB, s db.Store) snapshot {
 		}
 	}
 	return snap
+}
+
+// observedKey starts the keys of a snapshot that hold observations
+// (refused calls, workers) rather than queue state.
+const observedKey = "observed "
+
+// withoutObservations is the snapshot without the observations: the
+// queue's own state. A stored key is an observation when its bucket or
+// table is named for refused calls or workers.
+func (a snapshot) withoutObservations() snapshot {
+	out := snapshot{}
+	for k, v := range a {
+		name := strings.TrimPrefix(k, "stored ")
+		if strings.HasPrefix(k, observedKey) || (name != k && (strings.Contains(strings.SplitN(name, "/", 2)[0], "refused") ||
+			strings.Contains(strings.SplitN(name, "/", 2)[0], "workers"))) {
+			continue
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // diff lists the keys whose values differ between two snapshots.

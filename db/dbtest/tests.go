@@ -49,6 +49,11 @@ var tests = []test{
 	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},
 	// model.go
 	{"Model_StoreFollowsTheRules", testModel_StoreFollowsTheRules},
+	// observe.go
+	{"QueueWaitingIsTheOldestAvailableJobOfEachQueue", testQueueWaitingIsTheOldestAvailableJobOfEachQueue},
+	{"ScheduledJobsListApartThoseWaitingForARetry", testScheduledJobsListApartThoseWaitingForARetry},
+	{"RefusedCallsAreKeptNewestFirstBoundedAndChangeNoJob", testRefusedCallsAreKeptNewestFirstBoundedAndChangeNoJob},
+	{"WorkersAreMergedListedNewestFirstAndPruned", testWorkersAreMergedListedNewestFirstAndPruned},
 	// pause.go
 	{"APausedQueueGivesNoClaimsUntilItIsResumed", testAPausedQueueGivesNoClaimsUntilItIsResumed},
 	{"TheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed", testTheClaimedJobsOfAPausedQueueCanBeHeartbeatenCompletedAndFailed},

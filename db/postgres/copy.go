@@ -17,11 +17,14 @@ type Source interface {
 	PausedQueues(ctx context.Context) ([]db.QueuePause, error)
 	ListAudit(ctx context.Context, after uint64, limit int) ([]db.AuditRecord, error)
 	AuditHead(ctx context.Context) (db.AuditHead, error)
+	ListRefusedCalls(ctx context.Context, req db.RefusedCallsRequest) ([]db.RefusedCall, error)
+	ListWorkers(ctx context.Context, req db.WorkersRequest) ([]db.Worker, error)
 }
 
 // CopyReport is what Copy moved.
 type CopyReport struct {
 	Jobs, Leases, Pauses, AuditLinks uint64
+	RefusedCalls, Workers            uint64
 	Audit                            db.AuditReport // the chain verified on the target
 }
 
@@ -44,6 +47,8 @@ var copySteps = map[db.StoredKind]func(c *copying) error{
 	db.StoredLeases:      copyLeases,
 	db.StoredPauses:      copyPauses,
 	db.StoredAudit:       copyAudit,
+	db.StoredRefused:     copyRefusedCalls,
+	db.StoredWorkers:     copyWorkers,
 }
 
 // Copy moves src's state — every db.StoredKind: jobs, the job sequence,
@@ -246,4 +251,42 @@ func linkOf(r db.AuditRecord) (db.AuditLink, error) {
 	}
 	return db.AuditLink{Seq: r.Seq, Time: db.UnixNano(r.Time), Principal: r.Principal, Action: r.Action,
 		Subject: r.Subject, Token: r.Token, Details: r.Details, PrevHash: prev}, nil
+}
+
+// copyRefusedCalls: the refused calls the status page lists (at most
+// db.MaxRefusedCalls, which one list returns whole), oldest first so that
+// the target's sequence keeps their order.
+func copyRefusedCalls(c *copying) error {
+	calls, err := c.src.ListRefusedCalls(c.ctx, db.RefusedCallsRequest{Limit: db.MaxRefusedCalls})
+	if err != nil {
+		return err
+	}
+	for i := len(calls) - 1; i >= 0; i-- {
+		r := calls[i]
+		if _, err := c.tx.Exec(c.ctx, `INSERT INTO fenceq_refused (at, principal, worker, job, operation, token_sent, code, message)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			unixNano(r.At), []byte(r.Principal), []byte(r.Worker), int64(r.Job), r.Operation, int64(r.TokenSent), r.Code, []byte(r.Message)); err != nil {
+			return err
+		}
+		c.rep.RefusedCalls++
+	}
+	return nil
+}
+
+// copyWorkers: the workers heard from (at most db.MaxWorkersKept), as
+// they are.
+func copyWorkers(c *copying) error {
+	workers, err := c.src.ListWorkers(c.ctx, db.WorkersRequest{Limit: db.MaxWorkersKept})
+	if err != nil {
+		return err
+	}
+	for _, m := range workers {
+		if _, err := c.tx.Exec(c.ctx, `INSERT INTO fenceq_workers (`+workerColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			[]byte(m.Principal), []byte(m.Worker), int64(m.Claims), unixNano(m.FirstSeen), unixNano(m.LastSeen),
+			unixNano(m.LastClaim), unixNano(m.LastHeartbeat)); err != nil {
+			return err
+		}
+		c.rep.Workers++
+	}
+	return nil
 }

@@ -19,6 +19,8 @@ var tableKinds = map[string]db.StoredKind{
 	"fenceq_audit_head":   db.StoredAudit,
 	"fenceq_audit_counts": "",
 	"fenceq_schema":       "",
+	"fenceq_refused":      db.StoredRefused,
+	"fenceq_workers":      db.StoredWorkers,
 }
 
 // TestCopy_CarriesEveryStoredKind: "fenceq copy" has a step for every

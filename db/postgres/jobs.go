@@ -462,7 +462,13 @@ func (s *Store) ListJobsInState(ctx context.Context, req db.StateListRequest) ([
 		db.StateScheduled: `run_at, id`,
 		db.StateDead:      `queue, updated_at DESC, id DESC`,
 	}[req.State]
-	sql := `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE state = $1 AND ($2 = '' OR queue = $2) ORDER BY ` + order + ` LIMIT $3`
+	// A retry filter is written out, not a parameter, so that the planner
+	// can use the partial index of the jobs waiting for a retry.
+	filter := map[db.RetryFilter]string{
+		db.RetryOnly: ` AND state = 'scheduled' AND attempts > 0`,
+		db.RetryNone: ` AND attempts = 0`,
+	}[req.Retry]
+	sql := `SELECT ` + jobColumns + ` FROM fenceq_jobs WHERE state = $1 AND ($2 = '' OR queue = $2)` + filter + ` ORDER BY ` + order + ` LIMIT $3`
 	recs, err := queryJobs(ctx, s.pool, sql, string(req.State), req.Queue, req.Limit)
 	if err != nil {
 		return nil, s.readError(err)

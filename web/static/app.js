@@ -282,6 +282,15 @@
   });
 
   // ---- the status page ------------------------------------------------------
+  // latencyCell: how long the queue's oldest available job has waited for
+  // a claim (latency_ms, as of the poll), its job linked in the title.
+  function latencyCell(q) {
+    const ms = q.latency_ms || 0;
+    return td({class: ms ? 'num' : 'num zero', 'data-queue': q.queue, 'data-state': 'latency',
+      title: q.oldest_job ? `Job ${q.oldest_job}, available since ${fmtTime(q.oldest_available_at)}` : 'No job is waiting',
+      text: ms ? fmtDuration(ms) : '—'});
+  }
+
   function drawQueues(queues, can) {
     fillTable('queues', queues.map((q) => ({...q, canPause: !!can.pause})), (q) => {
       let total = 0;
@@ -295,7 +304,8 @@
           title: `Paused by ${q.paused_by || 'unknown'} at ${fmtTime(q.paused_at)}: no claims until resumed`, text: 'paused'}) : null);
       return el('tr', {'data-queue-row': q.queue, class: q.paused ? 'paused' : null}, name, cells,
         td({class: 'num', 'data-queue': q.queue, 'data-state': 'total', text: total}),
-        td({'data-label': ''}, q.canPause ? queueButton(q) : null));
+        latencyCell(q),
+        td({class: 'act', 'data-label': ''}, q.canPause ? queueButton(q) : null));
     }, 'No jobs yet.');
     const tfoot = document.querySelector('#queues tfoot');
     if (queues.length > 1) {
@@ -305,7 +315,9 @@
         tfoot.dataset.key = key;
         tfoot.replaceChildren(el('tr', {}, el('th', {scope: 'row', text: 'All queues'}),
           sums.map((n, i) => td({class: 'num', 'data-label': STATES[i], 'data-queue': '', 'data-state': STATES[i], text: n})),
-          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)}), td({'data-label': ''})));
+          td({class: 'num', 'data-label': 'total', text: sums.reduce((a, b) => a + b, 0)}),
+          td({class: 'num', 'data-label': 'Oldest waits', text: fmtDuration(Math.max(0, ...queues.map((q) => q.latency_ms || 0)))}),
+          td({class: 'act', 'data-label': ''})));
       }
     } else {
       tfoot.replaceChildren();
@@ -325,14 +337,16 @@
     const H = 180, L = 34, R = 8, T = 10, B = 22;
     chart.setAttribute('viewBox', `0 0 ${W} ${H}`);
     const series = ['claims', 'completions', 'failures'];
-    const max = Math.max(1, ...buckets.flatMap((b) => series.map((s) => b[s])));
+    // Whole counts get whole ticks: the top is even, so its half is whole.
+    const peak = Math.max(1, ...buckets.flatMap((b) => series.map((s) => b[s])));
+    const max = peak + (peak % 2);
     const x = (i) => L + (i * (W - L - R)) / Math.max(1, buckets.length - 1);
     const y = (v) => T + (H - T - B) * (1 - v / max);
     const keep = [chart.querySelector('title'), chart.querySelector('desc')];
     const grid = svg('g', {class: 'grid'});
     for (const v of [0, max / 2, max]) {
       grid.append(svg('line', {x1: L, x2: W - R, y1: y(v), y2: y(v)}),
-        svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end', text: Number.isInteger(v) ? v : v.toFixed(1)}));
+        svg('text', {x: L - 6, y: y(v) + 4, 'text-anchor': 'end', 'data-tick': v, text: v}));
     }
     const minutes = Math.round((buckets.length * bucketSeconds) / 60);
     grid.append(svg('text', {x: L, y: H - 6, text: `−${minutes} min`}),
@@ -344,7 +358,7 @@
     const sums = Object.fromEntries(series.map((s) => [s, buckets.reduce((a, b) => a + b[s], 0)]));
     const last = buckets[buckets.length - 1] || {claims: 0, completions: 0, failures: 0};
     $('#chart-desc').textContent = `In the last ${minutes} minutes: ${sums.claims} claims, ${sums.completions} completions, ` +
-      `${sums.failures} failures. Highest per ${bucketSeconds} seconds: ${max}.`;
+      `${sums.failures} failures. Highest per ${bucketSeconds} seconds: ${peak}.`;
     $('#chart-legend').replaceChildren(...series.map((s) => el('span', {class: `key k-${s}`},
       el('span', {text: `${s[0].toUpperCase()}${s.slice(1)}: ${sums[s]} (${last[s]} in the last ${bucketSeconds} s)`}))));
   }
@@ -362,13 +376,33 @@
       td({class: 'num', text: j.fencing_token}),
       td({}, timeEl(j.lease_expires_at, 'left'))), 'No job is claimed.');
 
+    // The total counts every scheduled job, those waiting for a retry too.
     const scheduled = st.scheduled || {jobs: [], total: 0};
-    countText('n-scheduled', scheduled.jobs.length, scheduled.total);
+    const retryingShown = (st.retrying || {jobs: []}).jobs.length;
+    countText('n-scheduled', scheduled.jobs.length, Math.max(scheduled.jobs.length, scheduled.total - retryingShown));
     fillTable('scheduled', scheduled.jobs, (j) => el('tr', {'data-job': j.id},
       jobCell(j),
       td({text: j.queue}),
       td({}, timeEl(j.run_at), el('span', {class: 'sub', text: fmtTime(j.run_at)})),
       td({class: 'num', text: `${j.attempts} / ${j.max_attempts}`})), 'No job is scheduled.');
+
+    const retrying = st.retrying || {jobs: [], total: 0};
+    document.getElementById('n-retrying').textContent = `(${retrying.jobs.length}${retrying.jobs.length >= 50 ? '+' : ''})`;
+    fillTable('retrying', retrying.jobs, (j) => el('tr', {'data-job': j.id},
+      jobCell(j),
+      td({text: j.queue}),
+      td({class: 'num', text: `${j.attempts} / ${j.max_attempts}`}),
+      td({class: 'err', text: j.last_error || '—'}),
+      td({}, timeEl(j.run_at), el('span', {class: 'sub', text: fmtTime(j.run_at)}))), 'No job is waiting for a retry.');
+
+    const workers = st.workers || [];
+    document.getElementById('n-workers').textContent = `(${workers.length})`;
+    fillTable('workers', workers, (w) => el('tr', {'data-worker': `${w.principal}|${w.worker}`},
+      td({class: 'mono', text: `${w.principal}|${w.worker}`}),
+      td({class: 'num', text: w.claims}),
+      td({}, timeEl(w.last_claim_at)),
+      td({}, timeEl(w.last_heartbeat_at)),
+      td({}, timeEl(w.first_seen))), 'No worker was heard from in the last 24 hours.');
 
     const dead = st.dead || {jobs: [], total: 0};
     countText('n-dead', dead.jobs.length, dead.total);
@@ -433,6 +467,7 @@
       const can = st.can;
       show('sec-queues', can.jobs); show('sec-throughput', can.jobs); show('sec-claimed', can.jobs);
       show('sec-scheduled', can.jobs); show('sec-dead', can.jobs); show('sec-zombies', can.jobs);
+      show('sec-retrying', can.jobs); show('sec-workers', can.jobs);
       show('sec-leases', can.leases); show('sec-audit', can.audit);
       show('sec-none', !can.jobs && !can.leases && !can.audit);
       drawStatus(st, can);
@@ -523,6 +558,14 @@
       let job = null;
       try { job = await api('GET', `/v1/jobs/${id}`); } catch (e) { if (!(e instanceof APIError && e.status === 404)) throw e; }
       const page = await api('GET', `/v1/jobs/${id}/history?limit=100`);
+      const refused = await api('GET', `/v1/jobs/${id}/refusals?limit=100`);
+      document.getElementById('n-refusals').textContent = `(${refused.refusals.length})`;
+      fillTable('job-refusals', refused.refusals, (z) => el('tr', {'data-operation': z.operation},
+        td({}, timeEl(z.at), el('span', {class: 'sub', text: fmtTime(z.at)})),
+        td({class: 'mono', text: `${z.principal}|${z.worker}`}),
+        td({text: z.operation}),
+        td({class: 'num', text: z.token_sent || 'none'}),
+        td({class: 'err', text: z.message})), 'No stale call against this job was refused.');
       page.records.forEach((r) => history.set(r.seq, r));
       if (olderCursor === null && page.next) olderCursor = page.next;
       if (!page.next) archived = page.archived || null;
