@@ -15,7 +15,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -156,10 +158,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, connectError(cfg.ConnConfig, err)
 	}
-	channel := "fenceq"
-	if schema != "public" {
-		channel += "." + schema
-	}
+	channel := notifyChannel(schema)
 	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
 		listened: make(chan struct{}), listening: make(chan struct{})}
@@ -175,6 +174,27 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// notifyChannel is the NOTIFY channel of the replicas of schema: "fenceq"
+// in schema public, else "fenceq." and the schema's name, as every
+// earlier build named it (a replica of the previous build hears this one).
+// A channel is an identifier, at most 63 bytes (pg_notify refuses a longer
+// one; LISTEN would cut it): a schema name too long for that gets
+// "fenceq#" and a hash of the whole name instead, which fits and stays
+// apart from every other schema's channel.
+func notifyChannel(schema string) string {
+	if schema == "public" {
+		return "fenceq"
+	}
+	if c := "fenceq." + schema; len(c) <= maxIdentifier {
+		return c
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return "fenceq#" + hex.EncodeToString(sum[:16])
+}
+
+// maxIdentifier is PostgreSQL's longest identifier in bytes (NAMEDATALEN-1).
+const maxIdentifier = 63
 
 // countShards is how many rows each counter (of jobs per queue and state,
 // of audit actions) is spread over; each replica writes one, picked at
