@@ -61,6 +61,12 @@ type Options struct {
 	MaxConns int32
 	// ConnectTimeout bounds the first connection at Open. Default 10s.
 	ConnectTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for the batch in progress
+	// (then it is cut: its callers are answered unavailable, the outcome
+	// unknown) and then for connections still busy (then they are left
+	// behind). A database that stopped answering cannot hold a shutdown
+	// longer. Default 1s.
+	CloseTimeout time.Duration
 	// LocalClockSkew is for tests only: it moves this replica's host clock
 	// (Rules.Now's default, the clock the bbolt engine judges leases by)
 	// by the given amount, to show that this engine never judges a lease
@@ -79,6 +85,9 @@ func (o *Options) setDefaults() {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 10 * time.Second
 	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = time.Second
+	}
 }
 
 // Store is a job queue in a PostgreSQL database, shared with other
@@ -90,12 +99,18 @@ type Store struct {
 	shard     int16  // this replica's row in the sharded counters
 	channel   string // the NOTIFY channel of the replicas of this schema
 
-	writes    chan *writeOp
-	closing   chan struct{}
+	writes  chan *writeOp
+	closing chan struct{}
+	// stopped ends every batch's context: Close cuts the batch in
+	// progress with it once its CloseTimeout has passed.
+	stopped   context.Context
+	stop      context.CancelFunc
 	committed chan struct{}
 	listened  chan struct{}
 	listening chan struct{} // closed once the listener has first listened
 	closeOnce sync.Once
+	closeDone chan struct{} // closed when the first Close returns, with closeErr
+	closeErr  error
 	closed    atomic.Bool
 
 	commits      atomic.Uint64
@@ -161,7 +176,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	channel := notifyChannel(schema)
 	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
-		listened: make(chan struct{}), listening: make(chan struct{})}
+		listened: make(chan struct{}), listening: make(chan struct{}), closeDone: make(chan struct{})}
+	s.stopped, s.stop = context.WithCancel(context.Background())
 	s.waiters.byQueue = map[string][]*waiter{}
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
@@ -296,14 +312,43 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// Close waits for the batch in progress, refuses new requests with
-// db.ErrClosed and closes the pool.
+// Close refuses new requests with db.ErrClosed, waits for the batch in
+// progress and closes the pool. A database that stopped answering does
+// not hold it: after Options.CloseTimeout the batch is cut (its callers
+// are answered unavailable, the outcome unknown), and connections still
+// busy after another CloseTimeout are left behind, with an error that
+// says so. Later calls return the first one's answer.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
-	<-s.committed
+	first := false
+	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true); first = true })
+	if !first {
+		<-s.closeDone
+		return s.closeErr
+	}
+	defer close(s.closeDone)
+	s.closeErr = s.close()
+	return s.closeErr
+}
+
+func (s *Store) close() error {
+	grace := time.NewTimer(s.opts.CloseTimeout)
+	defer grace.Stop()
+	select {
+	case <-s.committed:
+	case <-grace.C:
+		s.stop()
+		<-s.committed // at once: the batch's statements end with its context
+	}
+	s.stop()
 	<-s.listened
-	s.pool.Close()
-	return nil
+	pooled := make(chan struct{})
+	go func() { s.pool.Close(); close(pooled) }()
+	select {
+	case <-pooled:
+		return nil
+	case <-time.After(s.opts.CloseTimeout):
+		return fmt.Errorf("db: postgres: %d connections still waiting for the database %v after close: left behind", s.pool.Stat().AcquiredConns(), s.opts.CloseTimeout)
+	}
 }
 
 // CommitStats reports how many transactions the store committed and how
@@ -395,6 +440,9 @@ type writeOp struct {
 	err   error
 	tries int
 	done  chan struct{}
+	// deadline is the caller's: a batch ends by its mutations' earliest
+	// (zero: none).
+	deadline time.Time
 }
 
 // opPlan is what a mutation will lock or create, declared before its batch
@@ -438,6 +486,7 @@ func (s *Store) updatePlan(ctx context.Context, plan opPlan, fn func(w *writer) 
 		return err
 	}
 	op := &writeOp{fn: fn, plan: plan, done: make(chan struct{})}
+	op.deadline, _ = ctx.Deadline()
 	select {
 	case s.writes <- op:
 	case <-s.closing:
@@ -523,7 +572,8 @@ func (w *writer) audit(e db.AuditEvent) { w.events = append(w.events, e) }
 // it committed. It returns the mutations to run again in a new transaction
 // (a deadlock or serialization failure of theirs).
 func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
-	ctx := context.Background()
+	ctx, cancel := s.batchContext(batch)
+	defer cancel()
 	finish := func(err error) {
 		for _, op := range batch {
 			if err != nil {
@@ -655,6 +705,24 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	return retry
 }
 
+// batchContext is the context of a batch's statements: it ends at the
+// earliest deadline of its callers, which are answered by then even when
+// the database stopped answering (none waits for a reply past its own
+// deadline, and a caller whose deadline passed is answered 503 before its
+// reply would be cut), and when Close cuts the batch.
+func (s *Store) batchContext(batch []*writeOp) (context.Context, context.CancelFunc) {
+	var first time.Time
+	for _, op := range batch {
+		if !op.deadline.IsZero() && (first.IsZero() || op.deadline.Before(first)) {
+			first = op.deadline
+		}
+	}
+	if first.IsZero() {
+		return context.WithCancel(s.stopped)
+	}
+	return context.WithDeadline(s.stopped, first)
+}
+
 // errPausedMeanwhile: a queue the batch claimed from was paused by another
 // replica's commit after the batch's claims looked; the batch runs again,
 // and its claims then see the pause.
@@ -663,7 +731,7 @@ var errPausedMeanwhile = errors.New("db: postgres: a queue was paused during the
 // commitError is the answer when COMMIT itself failed: if the connection
 // went, the outcome is unknown.
 func commitError(s *Store, err error) error {
-	if isConnError(err) {
+	if isConnError(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return db.Errorf(db.CodeUnavailable, "postgresql went away during the commit (%v): the request may or may not have been applied; retry it (with an idempotency key for enqueues)", redact(err))
 	}
 	return fmt.Errorf("db: postgres: commit: %w", err)
@@ -678,6 +746,9 @@ func (s *Store) writeError(err error) error {
 	case <-s.closing:
 		return db.ErrClosed
 	default:
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return db.Errorf(db.CodeUnavailable, "postgresql did not answer before the request's deadline: the request was not applied; retry")
 	}
 	if isConnError(err) {
 		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; the request was not applied, retry when it is back", redact(err))
@@ -772,7 +843,9 @@ func (s *Store) endBatch(tx *batchTx) {
 		return
 	}
 	if tx.conn.Conn().PgConn().TxStatus() != 'I' {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Bounded, and cut by Close: a connection left in a transaction
+		// is closed by the pool, which rolls the transaction back.
+		ctx, cancel := context.WithTimeout(s.stopped, 5*time.Second)
 		_, _ = tx.conn.Exec(ctx, `ROLLBACK`)
 		cancel()
 	}
