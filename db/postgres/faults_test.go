@@ -3,11 +3,16 @@ package postgres
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
 )
@@ -99,4 +104,97 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// TestSchema_ANewerMigrationStopsARunningReplica: a replica that is running
+// when a newer build migrates the database (issue 30 item 3) serves
+// nothing more: every write is 503 unavailable naming both versions (never
+// a 500 for a column that is not there, never a write under its older
+// rules), /readyz fails, and /metrics leaves out the figures it can no
+// longer read right. Two newer migrations: one that only adds (the
+// replica's statements still succeed: the version read with the audit
+// head stops it) and one that renames a column the replica writes (its
+// statement fails, and the replica looks at the version).
+func TestSchema_ANewerMigrationStopsARunningReplica(t *testing.T) {
+	for _, tc := range []struct{ name, migration string }{
+		{"adds a table", `CREATE TABLE fenceq_newer (id bigint PRIMARY KEY)`},
+		{"renames a column", `ALTER TABLE fenceq_jobs RENAME COLUMN payload TO body`},
+		{"renames a column of the head", `ALTER TABLE fenceq_audit_head RENAME COLUMN last_time TO newest_time`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := newTestDB(t)
+			s := mustOpen(t, u, Options{})
+			srv := httptest.NewServer(api.New(s, api.Config{WriteTimeout: 10 * time.Second}))
+			defer srv.Close()
+			defer s.Close() // before mustOpen's Check, which an outdated replica refuses
+			call := func(method, path, body string) (int, string) {
+				req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				raw, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(raw)
+			}
+			if status, body := call("POST", "/v1/jobs", `{"queue":"q","payload":{"n":1}}`); status != http.StatusCreated {
+				t.Fatalf("enqueue before the migration = %d %s", status, body)
+			}
+			if status, body := call("GET", "/readyz", ""); status != http.StatusOK {
+				t.Fatalf("/readyz before the migration = %d %s", status, body)
+			}
+
+			newer := SchemaVersion() + 1
+			admin, err := pgx.Connect(bg, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(bg)
+			if _, err := admin.Exec(bg, tc.migration); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, newer); err != nil {
+				t.Fatal(err)
+			}
+			jobsIn := func() (n int) {
+				if err := admin.QueryRow(bg, `SELECT count(*) FROM fenceq_jobs`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			wantVersions := fmt.Sprintf("schema version %d by a newer fenceq; this fenceq knows versions up to %d", newer, SchemaVersion())
+			for i := range 2 {
+				status, body := call("POST", "/v1/jobs", `{"queue":"q","payload":{"n":2}}`)
+				if status != http.StatusServiceUnavailable || !strings.Contains(body, `"unavailable"`) || !strings.Contains(body, wantVersions) {
+					t.Fatalf("enqueue %d after the migration = %d %s, want 503 unavailable saying %q", i, status, body, wantVersions)
+				}
+			}
+			if status, body := call("POST", "/v1/claim", `{"worker":"w","queue":"q"}`); status != http.StatusServiceUnavailable || !strings.Contains(body, wantVersions) {
+				t.Fatalf("claim after the migration = %d %s, want 503 naming the versions", status, body)
+			}
+			if n := jobsIn(); n != 1 {
+				t.Fatalf("jobs in the database after the refused writes = %d, want 1", n)
+			}
+			var claimed int
+			if err := admin.QueryRow(bg, `SELECT count(*) FROM fenceq_jobs WHERE state <> 'available'`).Scan(&claimed); err != nil || claimed != 0 {
+				t.Fatalf("jobs not available after the refused claim = %d, %v; want 0", claimed, err)
+			}
+			if status, body := call("GET", "/readyz", ""); status == http.StatusOK || !strings.Contains(body, wantVersions) {
+				t.Fatalf("/readyz after the migration = %d %s, want a failure naming the versions", status, body)
+			}
+			status, body := call("GET", "/metrics", "")
+			if status != http.StatusOK {
+				t.Fatalf("/metrics after the migration = %d", status)
+			}
+			for _, figure := range []string{"\nfenceq_jobs{", "\nfenceq_audit_records_total{", "\nfenceq_audit_head_sequence "} {
+				if strings.Contains(body, figure) {
+					t.Errorf("/metrics after the migration reports %s from a schema this build does not know:\n%s", strings.TrimSpace(figure), body)
+				}
+			}
+			if !strings.Contains(body, fmt.Sprintf(`fenceq_postgres_schema_version{of="database"} %d`, newer)) {
+				t.Errorf("/metrics after the migration does not show the database's schema version %d:\n%s", newer, body)
+			}
+		})
+	}
 }

@@ -125,6 +125,8 @@ type Store struct {
 
 	waiters     waiters
 	nameWaiters namewait.Waiters
+
+	gate *schemaGate // a newer schema seen: this replica serves nothing (schema.go)
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
@@ -152,6 +154,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg.MaxConns = opts.MaxConns
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
+	gate := &schemaGate{}
+	gate.seen.Store(int64(SchemaVersion())) // migrate brings it there, or refuses
+	cfg.PrepareConn = gate.prepareConn
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("db: postgres: %v", redact(err))
@@ -178,6 +183,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
 		listened: make(chan struct{}), listening: make(chan struct{}), closeDone: make(chan struct{})}
 	s.stopped, s.stop = context.WithCancel(context.Background())
+	s.gate = gate
 	s.waiters.byQueue = map[string][]*waiter{}
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
@@ -362,15 +368,20 @@ func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	return 0, db.Errorf(db.CodeConflict, "this server keeps its queue in PostgreSQL, which /v1/backup cannot snapshot: back the database up with pg_dump (for example pg_dump --format=custom --file fenceq.dump DBNAME), or with the server's own backups")
 }
 
-// Ping reports whether the database answers.
+// Ping reports whether the database answers and has a schema this build
+// knows: a replica that meets a schema migrated by a newer build is not
+// ready (schema.go).
 func (s *Store) Ping(ctx context.Context) error {
 	select {
 	case <-s.closing:
 		return db.ErrClosed
 	default:
 	}
-	_, err := s.pool.Exec(ctx, `SELECT 1`)
-	return s.readError(err)
+	var v int64
+	if err := s.pool.QueryRow(context.WithValue(ctx, gateKey{}, true), `SELECT `+schemaVersionSQL).Scan(&v); err != nil {
+		return s.readError(err)
+	}
+	return s.gate.saw(v)
 }
 
 // clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
@@ -409,6 +420,9 @@ func (s *Store) readError(err error) error {
 	}
 	if isConnError(err) {
 		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; retry when it is back", redact(err))
+	}
+	if outdated := s.recheckSchema(err); outdated != nil {
+		return outdated
 	}
 	return err
 }
@@ -483,6 +497,9 @@ func (s *Store) update(ctx context.Context, fn func(w *writer) error) error {
 // says; fn may lock nothing more that it can wait for.
 func (s *Store) updatePlan(ctx context.Context, plan opPlan, fn func(w *writer) error) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.gate.err(); err != nil {
 		return err
 	}
 	op := &writeOp{fn: fn, plan: plan, done: make(chan struct{})}
@@ -753,6 +770,9 @@ func (s *Store) writeError(err error) error {
 	if isConnError(err) {
 		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; the request was not applied, retry when it is back", redact(err))
 	}
+	if outdated := s.recheckSchema(err); outdated != nil {
+		return outdated
+	}
 	return fmt.Errorf("db: postgres: %w", err)
 }
 
@@ -870,7 +890,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	b := &pgx.Batch{}
 	s.queueCounts(b, w)
 	nCounts := b.Len()
-	b.Queue(`SELECT seq, hash, last_time FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
+	// The schema version comes with the head row: a replica that a newer
+	// build's migration left behind commits nothing more (schema.go).
+	b.Queue(`SELECT seq, hash, last_time, ` + schemaVersionSQL + ` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
 	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
 	if len(claimed) > 0 {
 		// A claim that looked before another replica's pause committed
@@ -884,9 +906,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		_, err = br.Exec()
 	}
 	var head auditHead
-	var seq int64
+	var seq, version int64
 	if err == nil {
-		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime)
+		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime, &version)
 	}
 	head.seq = uint64(seq)
 	paused := false
@@ -897,6 +919,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		err = cerr
 	}
 	if err != nil {
+		return false, err
+	}
+	if err := s.gate.saw(version); err != nil {
 		return false, err
 	}
 	if paused {
