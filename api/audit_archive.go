@@ -44,13 +44,16 @@ func (s *Server) archiveAudit(c echo.Context) error {
 	if err := queryUint(c, "limit", &limit); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
+	// A streamed download (streamed in server.go): no deadline as a whole,
+	// each store call bounded, each write by the stall timeout.
+	ctx, cancel := s.stepContext(c.Request().Context())
 	head, err := s.store.AuditHead(ctx)
+	cancel()
 	if err != nil {
 		return err
 	}
 	res := c.Response()
-	w := &backupWriter{res: res, rc: http.NewResponseController(res), contentType: "application/x-ndjson",
+	w := &backupWriter{res: res, rc: http.NewResponseController(res), stall: s.cfg.StallTimeout, contentType: "application/x-ndjson",
 		name: "fenceq-audit-" + cut.UTC().Format("20060102T150405Z") + ".jsonl"}
 	aw, err := db.NewArchiveWriter(w, db.ArchiveHeader{StartSeq: head.Checkpoint.Seq, StartHash: head.Checkpoint.Hash,
 		Before: cut.UTC(), CreatedAt: s.cfg.Now().UTC()})
@@ -75,9 +78,10 @@ func (s *Server) archiveAudit(c echo.Context) error {
 // cut, a page (one read transaction) at a time: they do not change while
 // they are read, as only a removal confirmed by a client takes them away.
 func (s *Server) streamArchive(c echo.Context, aw *db.ArchiveWriter, after uint64, cut time.Time, limit uint64) error {
-	ctx := c.Request().Context()
 	for {
+		ctx, cancel := s.stepContext(c.Request().Context())
 		page, err := s.store.ListAudit(ctx, after, db.MaxListLimit)
+		cancel()
 		if err != nil {
 			return err
 		}
