@@ -198,3 +198,38 @@ func TestSchema_ANewerMigrationStopsARunningReplica(t *testing.T) {
 		})
 	}
 }
+
+// TestBatch_AMutationAtItsDeadlineDoesNotCutTheOthersShort: a batch's
+// statements end at its callers' earliest deadline (issue 30 item 2); a
+// mutation that reaches its batch with its deadline all but past is
+// answered unavailable and applied nowhere, and the others commit.
+func TestBatch_AMutationAtItsDeadlineDoesNotCutTheOthersShort(t *testing.T) {
+	s := mustOpenStore(t, db.Rules{})
+	ran := map[string]bool{}
+	insert := func(name string) func(w *writer) error {
+		return func(w *writer) error {
+			ran[name] = true
+			w.audit(db.AuditEvent{Principal: "p", Action: "test", Subject: name})
+			return nil
+		}
+	}
+	late := &writeOp{fn: insert("late"), done: make(chan struct{}), deadline: time.Now().Add(time.Millisecond)}
+	onTime := &writeOp{fn: insert("on time"), done: make(chan struct{}), deadline: time.Now().Add(time.Minute)}
+	none := &writeOp{fn: insert("no deadline"), done: make(chan struct{})}
+	if retry := s.commitBatch([]*writeOp{late, onTime, none}); len(retry) != 0 {
+		t.Fatalf("commitBatch() retries %d mutations", len(retry))
+	}
+	for _, op := range []*writeOp{late, onTime, none} {
+		<-op.done
+	}
+	if db.ErrorCode(late.err) != db.CodeUnavailable || ran["late"] {
+		t.Fatalf("the late mutation: err %v, ran %v; want CodeUnavailable, not run", late.err, ran["late"])
+	}
+	if onTime.err != nil || none.err != nil || !ran["on time"] || !ran["no deadline"] {
+		t.Fatalf("the others: %v, %v, ran %v; want both committed", onTime.err, none.err, ran)
+	}
+	recs, err := s.ListAudit(bg, 0, 10)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("audit records = %d, %v; want the 2 committed mutations'", len(recs), err)
+	}
+}

@@ -589,6 +589,9 @@ func (w *writer) audit(e db.AuditEvent) { w.events = append(w.events, e) }
 // it committed. It returns the mutations to run again in a new transaction
 // (a deadlock or serialization failure of theirs).
 func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
+	if batch = s.dropLate(batch); len(batch) == 0 {
+		return nil
+	}
 	ctx, cancel := s.batchContext(batch)
 	defer cancel()
 	finish := func(err error) {
@@ -738,6 +741,27 @@ func (s *Store) batchContext(batch []*writeOp) (context.Context, context.CancelF
 		return context.WithCancel(s.stopped)
 	}
 	return context.WithDeadline(s.stopped, first)
+}
+
+// minCommitTime is the least time before its caller's deadline that a
+// mutation must have left to join a batch: one that waited for its turn
+// until its deadline all but passed is answered at once, not applied,
+// instead of cutting short the batch of the others (batchContext).
+const minCommitTime = 50 * time.Millisecond
+
+// dropLate answers the mutations of batch with less than minCommitTime
+// left before their deadline and returns the others.
+func (s *Store) dropLate(batch []*writeOp) []*writeOp {
+	keep := batch[:0]
+	for _, op := range batch {
+		if !op.deadline.IsZero() && time.Until(op.deadline) < minCommitTime {
+			op.err = db.Errorf(db.CodeUnavailable, "the request's deadline came before its turn to commit: it was not applied; retry")
+			close(op.done)
+			continue
+		}
+		keep = append(keep, op)
+	}
+	return keep
 }
 
 // errPausedMeanwhile: a queue the batch claimed from was paused by another
