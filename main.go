@@ -131,6 +131,7 @@ type serveConfig struct {
 	readHeader     time.Duration
 	readTimeout    time.Duration
 	writeTimeout   time.Duration
+	stallTimeout   time.Duration
 	idleTimeout    time.Duration
 	maxHeaderBytes int
 	retention      time.Duration
@@ -158,6 +159,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.readHeader, "read-header-timeout", 5*time.Second, "time allowed to read a request's headers")
 	fs.DurationVar(&cfg.readTimeout, "read-timeout", 30*time.Second, "time allowed to read a whole request")
 	fs.DurationVar(&cfg.writeTimeout, "write-timeout", 90*time.Second, "time allowed to write a response (above the longest long-poll wait)")
+	fs.DurationVar(&cfg.stallTimeout, "stall-timeout", 30*time.Second, "a streamed download (GET /v1/backup, /v1/audit/archive) may outlast --write-timeout while its client reads; one whose client stops reading for this long is cut (on bbolt a commit that grows the file waits up to this long for a stalled backup)")
 	fs.DurationVar(&cfg.idleTimeout, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open")
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
@@ -194,6 +196,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cli.Usagef("refusing to serve %s without --auth-file: anyone who can reach it could claim, complete and cancel jobs; "+
 			"give --auth-file (see \"fenceq token new\"), listen on 127.0.0.1, or pass --insecure if the network is trusted", cfg.listen)
 	}
+	if cfg.stallTimeout <= 0 {
+		return cli.Usagef("--stall-timeout must be positive")
+	}
 	if cfg.auditRetention < 0 {
 		return cli.Usagef("--audit-retention must not be negative (0 keeps every audit record)")
 	}
@@ -229,7 +234,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer store.Close()
 
 	handler := api.New(store, api.Config{MaxBodyBytes: cfg.maxBody, Logger: logger, Index: web.Handler(),
-		Principals: principals, WriteTimeout: cfg.writeTimeout, AuditRetention: cfg.auditRetention})
+		Principals: principals, WriteTimeout: cfg.writeTimeout, StallTimeout: cfg.stallTimeout, AuditRetention: cfg.auditRetention})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: cfg.readHeader,

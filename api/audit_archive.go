@@ -45,8 +45,10 @@ func (s *Server) archiveAudit(c echo.Context) error {
 		return err
 	}
 	res := c.Response()
-	w := &backupWriter{res: res, rc: http.NewResponseController(res), contentType: "application/x-ndjson",
+	w := &backupWriter{res: res, rc: http.NewResponseController(res), stall: s.cfg.StallTimeout, contentType: "application/x-ndjson",
 		name: "fenceq-audit-" + cut.UTC().Format("20060102T150405Z") + ".jsonl"}
+	// A streamed download (streamed in server.go): no deadline as a whole,
+	// each write bounded by the stall timeout.
 	// The checkpoint and the records come from one snapshot of the log
 	// (Store.ArchiveAudit): a removal that another client's archive
 	// commits meanwhile cannot break the chain this one writes.

@@ -9,13 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// backupStall is how long one write of a backup may block before the
-// connection is given up. A backup may take longer than the server's write
-// timeout as a whole, as long as the client keeps reading: each write
-// moves the deadline. A client that stops reading is cut off, so that it
-// cannot hold the store's read transaction open for ever.
-const backupStall = 30 * time.Second
-
 // backup serves GET /v1/backup: a consistent snapshot of the database file
 // (bbolt Tx.WriteTo in one read transaction), as application/octet-stream.
 // The snapshot is a complete fenceq file: stop the server, put it in place
@@ -28,7 +21,7 @@ const backupStall = 30 * time.Second
 func (s *Server) backup(c echo.Context) error {
 	res := c.Response()
 	name := "fenceq-backup-" + time.Now().UTC().Format("20060102T150405Z") + ".db"
-	w := &backupWriter{res: res, rc: http.NewResponseController(res), name: name}
+	w := &backupWriter{res: res, rc: http.NewResponseController(res), name: name, stall: s.cfg.StallTimeout}
 	b, ok := s.engine.(db.Backuper)
 	if !ok {
 		return &Error{http.StatusNotFound, "not_found", "this store cannot write a backup"}
@@ -47,14 +40,24 @@ func (s *Server) backup(c echo.Context) error {
 }
 
 // backupWriter sends the response headers with the first write and extends
-// the write deadline before every write.
+// the write deadline before every write, by stall (Config.StallTimeout): a
+// download may take longer than the server's write timeout as a whole, as
+// long as the client keeps reading. A client that stops reading is cut
+// off after stall, so that it cannot hold the store's read transaction
+// open for longer (on bbolt a commit that grows the file waits for it).
 type backupWriter struct {
 	res         *echo.Response
 	rc          *http.ResponseController
 	name        string
 	contentType string // default application/octet-stream
+	stall       time.Duration
 	started     bool
 }
+
+// stallChunk is the most one deadline covers: a client that keeps
+// reading slowly moves it often enough, one that stops is found out
+// within stall of its last read.
+const stallChunk = 32 << 10
 
 func (w *backupWriter) Write(p []byte) (int, error) {
 	if !w.started {
@@ -69,10 +72,20 @@ func (w *backupWriter) Write(p []byte) (int, error) {
 		h.Set("Cache-Control", "no-store")
 		w.res.WriteHeader(http.StatusOK)
 	}
-	// Not every ResponseWriter supports deadlines (httptest's recorder does
-	// not); the write goes on without one there.
-	if err := w.rc.SetWriteDeadline(time.Now().Add(backupStall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return 0, err
+	n := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), stallChunk)]
+		// Not every ResponseWriter supports deadlines (httptest's recorder
+		// does not); the write goes on without one there.
+		if err := w.rc.SetWriteDeadline(time.Now().Add(w.stall)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return n, err
+		}
+		m, err := w.res.Write(chunk)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
 	}
-	return w.res.Write(p)
+	return n, nil
 }

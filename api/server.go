@@ -75,6 +75,14 @@ type Config struct {
 	// nothing written, so no caller is left without a reply for something
 	// that was committed.
 	WriteTimeout time.Duration
+	// StallTimeout is how long a streamed download (GET /v1/backup, GET
+	// /v1/audit/archive) may wait for a client that stopped reading
+	// before its connection is cut. These two have no overall deadline: a
+	// download may outlast WriteTimeout as long as the client keeps
+	// reading; each write must go through within StallTimeout. It also
+	// bounds how long a stalled backup holds its read transaction (on
+	// bbolt, a commit that grows the file waits for it). Default 30s.
+	StallTimeout time.Duration
 	// MetricsMaxQueues bounds the queues /metrics reports one by one: the
 	// largest ones by job count; the rest are summed as queue "(other)",
 	// which no queue can be named. Default 100.
@@ -122,6 +130,9 @@ func New(store Store, cfg Config) *Server {
 	}
 	if cfg.MetricsMaxQueues <= 0 {
 		cfg.MetricsMaxQueues = 100
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -244,17 +255,47 @@ func (b bodyless) Write(p []byte) (int, error) { return len(p), nil }
 // Unwrap lets http.ResponseController reach the connection (deadlines).
 func (b bodyless) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
-// deadline bounds every request below the write timeout (Config.WriteTimeout).
+// deadline bounds every request below the write timeout (Config.WriteTimeout),
+// except the streamed downloads, which have a stall timeout instead
+// (streamed).
 func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 	if s.cfg.WriteTimeout <= 0 {
 		return next
 	}
 	return func(c echo.Context) error {
+		if streamed(c) {
+			return next(c)
+		}
 		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.WriteTimeout*9/10)
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
 	}
+}
+
+// streamed reports whether c is a streamed download: GET /v1/backup or GET
+// /v1/audit/archive. They may last longer than the write timeout while
+// the client keeps reading (backupWriter moves the write deadline by
+// Config.StallTimeout before each write), and each store call of theirs is
+// bounded on its own (stepContext).
+func streamed(c echo.Context) bool {
+	if c.Request().Method != http.MethodGet {
+		return false
+	}
+	switch c.Path() {
+	case "/v1/backup", "/v1/audit/archive":
+		return true
+	}
+	return false
+}
+
+// stepContext bounds one store call of a streamed download as a request
+// is bounded (nine tenths of the write timeout).
+func (s *Server) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.cfg.WriteTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.WriteTimeout*9/10)
 }
 
 // limitBody caps every request body; reading past the cap fails the decode

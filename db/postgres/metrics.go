@@ -13,6 +13,8 @@ var (
 		"Mutations carried by those transactions, refused ones included.", nil, nil)
 	descPoolConns = prometheus.NewDesc("fenceq_postgres_pool_connections",
 		"Connections of this replica's pool to PostgreSQL, by state.", []string{"state"}, nil)
+	descSchema = prometheus.NewDesc("fenceq_postgres_schema_version",
+		"The newest PostgreSQL schema version this build knows (of=\"build\") and the database's as this replica last saw it (of=\"database\"); a database above the build means a newer fenceq migrated it, and this replica serves nothing.", []string{"of"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -20,10 +22,11 @@ func (s *Store) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descCommits
 	ch <- descCommittedOps
 	ch <- descPoolConns
+	ch <- descSchema
 }
 
-// Collect implements prometheus.Collector: commit counts and the pool's
-// connections, read without a query.
+// Collect implements prometheus.Collector: commit counts, the pool's
+// connections and the schema versions, read without a query.
 func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	commits, ops := s.CommitStats()
 	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(commits))
@@ -31,4 +34,6 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 	st := s.pool.Stat()
 	ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(st.IdleConns()), "idle")
 	ch <- prometheus.MustNewConstMetric(descPoolConns, prometheus.GaugeValue, float64(st.AcquiredConns()), "in_use")
+	ch <- prometheus.MustNewConstMetric(descSchema, prometheus.GaugeValue, float64(SchemaVersion()), "build")
+	ch <- prometheus.MustNewConstMetric(descSchema, prometheus.GaugeValue, float64(s.gate.seen.Load()), "database")
 }

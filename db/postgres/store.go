@@ -15,7 +15,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -59,6 +61,12 @@ type Options struct {
 	MaxConns int32
 	// ConnectTimeout bounds the first connection at Open. Default 10s.
 	ConnectTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for the batch in progress
+	// (then it is cut: its callers are answered unavailable, the outcome
+	// unknown) and then for connections still busy (then they are left
+	// behind). A database that stopped answering cannot hold a shutdown
+	// longer. Default 1s.
+	CloseTimeout time.Duration
 	// LocalClockSkew is for tests only: it moves this replica's host clock
 	// (Rules.Now's default, the clock the bbolt engine judges leases by)
 	// by the given amount, to show that this engine never judges a lease
@@ -77,6 +85,9 @@ func (o *Options) setDefaults() {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 10 * time.Second
 	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = time.Second
+	}
 }
 
 // Store is a job queue in a PostgreSQL database, shared with other
@@ -88,12 +99,18 @@ type Store struct {
 	shard     int16  // this replica's row in the sharded counters
 	channel   string // the NOTIFY channel of the replicas of this schema
 
-	writes    chan *writeOp
-	closing   chan struct{}
+	writes  chan *writeOp
+	closing chan struct{}
+	// stopped ends every batch's context: Close cuts the batch in
+	// progress with it once its CloseTimeout has passed.
+	stopped   context.Context
+	stop      context.CancelFunc
 	committed chan struct{}
 	listened  chan struct{}
 	listening chan struct{} // closed once the listener has first listened
 	closeOnce sync.Once
+	closeDone chan struct{} // closed when the first Close returns, with closeErr
+	closeErr  error
 	closed    atomic.Bool
 
 	commits      atomic.Uint64
@@ -108,6 +125,8 @@ type Store struct {
 
 	waits   *wait.Waiters       // long-polling claims and acquires waiting for a named lease
 	counted map[countedKey]bool // listener goroutine only (dispatch)
+
+	gate *schemaGate // a newer schema seen: this replica serves nothing (schema.go)
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
@@ -135,6 +154,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg.MaxConns = opts.MaxConns
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
+	gate := &schemaGate{}
+	gate.seen.Store(int64(SchemaVersion())) // migrate brings it there, or refuses
+	cfg.PrepareConn = gate.prepareConn
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("db: postgres: %v", redact(err))
@@ -156,13 +178,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, connectError(cfg.ConnConfig, err)
 	}
-	channel := "fenceq"
-	if schema != "public" {
-		channel += "." + schema
-	}
+	channel := notifyChannel(schema)
 	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
-		listened: make(chan struct{}), listening: make(chan struct{}), waits: wait.New(), counted: map[countedKey]bool{}}
+		listened: make(chan struct{}), listening: make(chan struct{}), closeDone: make(chan struct{}),
+		waits: wait.New(), counted: map[countedKey]bool{}}
+	s.stopped, s.stop = context.WithCancel(context.Background())
+	s.gate = gate
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
 	// Serve only once other replicas' notifications reach this one.
@@ -174,6 +196,27 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+// notifyChannel is the NOTIFY channel of the replicas of schema: "fenceq"
+// in schema public, else "fenceq." and the schema's name, as every
+// earlier build named it (a replica of the previous build hears this one).
+// A channel is an identifier, at most 63 bytes (pg_notify refuses a longer
+// one; LISTEN would cut it): a schema name too long for that gets
+// "fenceq#" and a hash of the whole name instead, which fits and stays
+// apart from every other schema's channel.
+func notifyChannel(schema string) string {
+	if schema == "public" {
+		return "fenceq"
+	}
+	if c := "fenceq." + schema; len(c) <= maxIdentifier {
+		return c
+	}
+	sum := sha256.Sum256([]byte(schema))
+	return "fenceq#" + hex.EncodeToString(sum[:16])
+}
+
+// maxIdentifier is PostgreSQL's longest identifier in bytes (NAMEDATALEN-1).
+const maxIdentifier = 63
 
 // countShards is how many rows each counter (of jobs per queue and state,
 // of audit actions) is spread over; each replica writes one, picked at
@@ -275,15 +318,44 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	})
 }
 
-// Close waits for the batch in progress, refuses new requests with
-// db.ErrClosed and closes the pool.
+// Close refuses new requests with db.ErrClosed, waits for the batch in
+// progress and closes the pool. A database that stopped answering does
+// not hold it: after Options.CloseTimeout the batch is cut (its callers
+// are answered unavailable, the outcome unknown), and connections still
+// busy after another CloseTimeout are left behind, with an error that
+// says so. Later calls return the first one's answer.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
+	first := false
+	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true); first = true })
+	if !first {
+		<-s.closeDone
+		return s.closeErr
+	}
+	defer close(s.closeDone)
+	s.closeErr = s.close()
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	s.waits.Close()
-	<-s.committed
+	grace := time.NewTimer(s.opts.CloseTimeout)
+	defer grace.Stop()
+	select {
+	case <-s.committed:
+	case <-grace.C:
+		s.stop()
+		<-s.committed // at once: the batch's statements end with its context
+	}
+	s.stop()
 	<-s.listened
-	s.pool.Close()
-	return nil
+	pooled := make(chan struct{})
+	go func() { s.pool.Close(); close(pooled) }()
+	select {
+	case <-pooled:
+		return nil
+	case <-time.After(s.opts.CloseTimeout):
+		return fmt.Errorf("db: postgres: %d connections still waiting for the database %v after close: left behind", s.pool.Stat().AcquiredConns(), s.opts.CloseTimeout)
+	}
 }
 
 // StopWaiting ends every wait of this replica, now and later, for a
@@ -304,15 +376,20 @@ func (s *Store) Backup(ctx context.Context, w io.Writer) (int64, error) {
 	return 0, db.Errorf(db.CodeConflict, "this server keeps its queue in PostgreSQL, which /v1/backup cannot snapshot: back the database up with pg_dump (for example pg_dump --format=custom --file fenceq.dump DBNAME), or with the server's own backups")
 }
 
-// Ping reports whether the database answers.
+// Ping reports whether the database answers and has a schema this build
+// knows: a replica that meets a schema migrated by a newer build is not
+// ready (schema.go).
 func (s *Store) Ping(ctx context.Context) error {
 	select {
 	case <-s.closing:
 		return db.ErrClosed
 	default:
 	}
-	_, err := s.pool.Exec(ctx, `SELECT 1`)
-	return s.readError(err)
+	var v int64
+	if err := s.pool.QueryRow(context.WithValue(ctx, gateKey{}, true), `SELECT `+schemaVersionSQL).Scan(&v); err != nil {
+		return s.readError(err)
+	}
+	return s.gate.saw(v)
 }
 
 // clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
@@ -352,6 +429,9 @@ func (s *Store) readError(err error) error {
 	if isConnError(err) {
 		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; retry when it is back", redact(err))
 	}
+	if outdated := s.recheckSchema(err); outdated != nil {
+		return outdated
+	}
 	return err
 }
 
@@ -382,6 +462,9 @@ type writeOp struct {
 	err   error
 	tries int
 	done  chan struct{}
+	// deadline is the caller's: a batch ends by its mutations' earliest
+	// (zero: none).
+	deadline time.Time
 }
 
 // opPlan is what a mutation will lock or create, declared before its batch
@@ -424,7 +507,11 @@ func (s *Store) updatePlan(ctx context.Context, plan opPlan, fn func(w *writer) 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := s.gate.err(); err != nil {
+		return err
+	}
 	op := &writeOp{fn: fn, plan: plan, done: make(chan struct{})}
+	op.deadline, _ = ctx.Deadline()
 	select {
 	case s.writes <- op:
 	case <-s.closing:
@@ -510,7 +597,11 @@ func (w *writer) audit(e db.AuditEvent) { w.events = append(w.events, e) }
 // it committed. It returns the mutations to run again in a new transaction
 // (a deadlock or serialization failure of theirs).
 func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
-	ctx := context.Background()
+	if batch = s.dropLate(batch); len(batch) == 0 {
+		return nil
+	}
+	ctx, cancel := s.batchContext(batch)
+	defer cancel()
 	finish := func(err error) {
 		for _, op := range batch {
 			if err != nil {
@@ -642,6 +733,45 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	return retry
 }
 
+// batchContext is the context of a batch's statements: it ends at the
+// earliest deadline of its callers, which are answered by then even when
+// the database stopped answering (none waits for a reply past its own
+// deadline, and a caller whose deadline passed is answered 503 before its
+// reply would be cut), and when Close cuts the batch.
+func (s *Store) batchContext(batch []*writeOp) (context.Context, context.CancelFunc) {
+	var first time.Time
+	for _, op := range batch {
+		if !op.deadline.IsZero() && (first.IsZero() || op.deadline.Before(first)) {
+			first = op.deadline
+		}
+	}
+	if first.IsZero() {
+		return context.WithCancel(s.stopped)
+	}
+	return context.WithDeadline(s.stopped, first)
+}
+
+// minCommitTime is the least time before its caller's deadline that a
+// mutation must have left to join a batch: one that waited for its turn
+// until its deadline all but passed is answered at once, not applied,
+// instead of cutting short the batch of the others (batchContext).
+const minCommitTime = 50 * time.Millisecond
+
+// dropLate answers the mutations of batch with less than minCommitTime
+// left before their deadline and returns the others.
+func (s *Store) dropLate(batch []*writeOp) []*writeOp {
+	keep := batch[:0]
+	for _, op := range batch {
+		if !op.deadline.IsZero() && time.Until(op.deadline) < minCommitTime {
+			op.err = db.Errorf(db.CodeUnavailable, "the request's deadline came before its turn to commit: it was not applied; retry")
+			close(op.done)
+			continue
+		}
+		keep = append(keep, op)
+	}
+	return keep
+}
+
 // errPausedMeanwhile: a queue the batch claimed from was paused by another
 // replica's commit after the batch's claims looked; the batch runs again,
 // and its claims then see the pause.
@@ -650,7 +780,7 @@ var errPausedMeanwhile = errors.New("db: postgres: a queue was paused during the
 // commitError is the answer when COMMIT itself failed: if the connection
 // went, the outcome is unknown.
 func commitError(s *Store, err error) error {
-	if isConnError(err) {
+	if isConnError(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return db.Errorf(db.CodeUnavailable, "postgresql went away during the commit (%v): the request may or may not have been applied; retry it (with an idempotency key for enqueues)", redact(err))
 	}
 	return fmt.Errorf("db: postgres: commit: %w", err)
@@ -666,8 +796,14 @@ func (s *Store) writeError(err error) error {
 		return db.ErrClosed
 	default:
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return db.Errorf(db.CodeUnavailable, "postgresql did not answer before the request's deadline: the request was not applied; retry")
+	}
 	if isConnError(err) {
 		return db.Errorf(db.CodeUnavailable, "postgresql is unavailable: %v; the request was not applied, retry when it is back", redact(err))
+	}
+	if outdated := s.recheckSchema(err); outdated != nil {
+		return outdated
 	}
 	return fmt.Errorf("db: postgres: %w", err)
 }
@@ -759,7 +895,9 @@ func (s *Store) endBatch(tx *batchTx) {
 		return
 	}
 	if tx.conn.Conn().PgConn().TxStatus() != 'I' {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Bounded, and cut by Close: a connection left in a transaction
+		// is closed by the pool, which rolls the transaction back.
+		ctx, cancel := context.WithTimeout(s.stopped, 5*time.Second)
 		_, _ = tx.conn.Exec(ctx, `ROLLBACK`)
 		cancel()
 	}
@@ -784,7 +922,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	b := &pgx.Batch{}
 	s.queueCounts(b, w)
 	nCounts := b.Len()
-	b.Queue(`SELECT seq, hash, last_time FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
+	// The schema version comes with the head row: a replica that a newer
+	// build's migration left behind commits nothing more (schema.go).
+	b.Queue(`SELECT seq, hash, last_time, ` + schemaVersionSQL + ` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
 	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
 	if len(claimed) > 0 {
 		// A claim that looked before another replica's pause committed
@@ -798,9 +938,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		_, err = br.Exec()
 	}
 	var head auditHead
-	var seq int64
+	var seq, version int64
 	if err == nil {
-		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime)
+		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime, &version)
 	}
 	head.seq = uint64(seq)
 	paused := false
@@ -811,6 +951,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		err = cerr
 	}
 	if err != nil {
+		return false, err
+	}
+	if err := s.gate.saw(version); err != nil {
 		return false, err
 	}
 	if paused {
