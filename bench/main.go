@@ -346,22 +346,34 @@ func runFenceq(ctx context.Context, dbArg string, replicas int) (result, error) 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					// A blocking claim when it holds nothing; the next job
+					// with each completion (claim_next), as client.Worker does.
 					p := client.ClaimParams{Worker: fmt.Sprint("l", w), Queues: []string{"l"}, Lease: time.Minute, Wait: time.Second}
+					var held []client.Job
 					for {
 						select {
 						case <-stop:
 							return
 						default:
 						}
-						j, ok, err := c.Claim(ctx, p)
-						if err != nil || !ok {
-							continue
+						if len(held) == 0 {
+							j, ok, err := c.Claim(ctx, p)
+							if err != nil || !ok {
+								continue
+							}
+							held = []client.Job{j}
 						}
+						j := held[0]
 						var body struct{ Due int64 }
 						if err := jsonUnmarshal(j.Payload, &body); err == nil {
 							got(body.Due)
 						}
-						_, _ = c.Complete(ctx, j.ID, client.CompleteParams{Worker: p.Worker, FencingToken: j.FencingToken})
+						_, next, err := c.CompleteAndClaim(ctx, j.ID, client.CompleteParams{Worker: p.Worker, FencingToken: j.FencingToken},
+							client.ClaimNext{Queues: p.Queues, Lease: p.Lease})
+						if err != nil {
+							next = nil
+						}
+						held = next
 					}
 				}()
 			}

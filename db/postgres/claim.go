@@ -13,7 +13,9 @@ import (
 // due scheduled ones, and claims whose lease expired by the database's
 // clock (those with no attempts left go dead on the way). Rows another
 // transaction holds are skipped (FOR UPDATE SKIP LOCKED). With Wait it
-// long-polls; a claim that finds nothing costs a read, not a transaction.
+// long-polls. A claim joins the replica's next batch, whose one statement
+// fetches the candidates of all its claims: one that finds nothing writes
+// nothing, and a batch that writes nothing commits without a flush.
 func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
 	if err := s.opts.NormalizeClaim(&req); err != nil {
 		return nil, err
@@ -21,7 +23,17 @@ func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, e
 	if req.Wait > 0 {
 		return s.claimWaiting(ctx, req)
 	}
-	jobs, _, err := s.claimNow(ctx, req)
+	return s.claimBatch(ctx, req)
+}
+
+// claimBatch claims what is eligible now, in the replica's next batch.
+func (s *Store) claimBatch(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
+	var jobs []db.Job
+	err := s.updatePlan(ctx, opPlan{claim: &req}, func(w *writer) error {
+		var err error
+		jobs, err = claimIn(w, req)
+		return err
+	})
 	return jobs, err
 }
 
@@ -29,17 +41,19 @@ func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, e
 // earliest time something of req.Queues becomes claimable by time (0:
 // nothing will without another request).
 func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, dueAt, error) {
-	ok, next, now, err := s.claimable(ctx, req.Queues)
-	if err != nil || !ok {
-		return nil, dueAt{at: next, now: now}, err
+	// The claim first (claimBatch); the look at due times only when it
+	// found nothing.
+	jobs, err := s.claimBatch(ctx, req)
+	if err != nil || len(jobs) > 0 {
+		return jobs, dueAt{}, err
 	}
-	var jobs []db.Job
-	err = s.updatePlan(ctx, opPlan{claim: &req}, func(w *writer) error {
-		var err error
-		jobs, err = claimIn(w, req)
-		return err
-	})
-	return jobs, dueAt{}, err
+	found, next, now, err := s.claimable(ctx, req.Queues)
+	if found {
+		// Claimable, but not by this batch (rows another transaction
+		// held): look again soon.
+		next = now + 1
+	}
+	return nil, dueAt{at: next, now: now}, err
 }
 
 // dueAt is when something becomes claimable by time (at, 0 for never) and

@@ -289,8 +289,10 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// CommitStats reports how many transactions the store committed and how
-// many mutations they carried.
+// CommitStats reports how many transactions that wrote the store
+// committed and how many mutations they carried. A batch that wrote
+// nothing (claims that found nothing) is not one: its COMMIT flushes
+// nothing to disk.
 func (s *Store) CommitStats() (commits, ops uint64) {
 	return s.commits.Load(), s.committedOps.Load()
 }
@@ -593,6 +595,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	for k, d := range v.counts {
 		all.count(k.queue, k.state, d)
 	}
+	wrote := len(all.events) > 0 || hasCounts(all.counts) || len(all.notify) > 0 || len(v.dirty) > 0
 	committed, err := s.finishBatch(&all)
 	if err != nil && !committed {
 		abort()
@@ -615,8 +618,10 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		return nil
 	}
 	s.endBatch(tx)
-	s.commits.Add(1)
-	s.committedOps.Add(uint64(len(batch)))
+	if wrote {
+		s.commits.Add(1)
+		s.committedOps.Add(uint64(len(batch)))
+	}
 	for _, op := range batch {
 		close(op.done)
 	}
