@@ -33,6 +33,7 @@ var (
 	pgURL    = flag.String("pg", "", "PostgreSQL URL where the harness may create and drop schemas (required)")
 	pgData   = flag.String("pgdata", "", "that server's data directory: its CPU is read from postmaster.pid's process and children (optional)")
 	binPath  = flag.String("fenceq", "", "the fenceq binary to run (go build -o /tmp/fenceq . at the repository's root)")
+	basePath = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base and pg1-base (before/after in one run)")
 	nJobs    = flag.Int("n", 20000, "jobs per phase")
 	rounds   = flag.Int("rounds", 3, "alternated rounds")
 	targets  = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order each round runs them")
@@ -80,16 +81,16 @@ func run(target string, round int) (result, error) {
 	switch target {
 	case "river":
 		return runRiver(ctx, round)
-	case "bolt":
-		return runFenceq(ctx, filepath.Join(*workDir, fmt.Sprintf("r%d.db", round)), 1)
-	case "pg1", "pg3":
-		schema := fmt.Sprintf("fenceq_bench_%s_%d_%d", target, round, time.Now().UnixNano()%1e6)
+	case "bolt", "bolt-base":
+		return runFenceq(ctx, binFor(target), filepath.Join(*workDir, fmt.Sprintf("%s-r%d.db", target, round)), 1)
+	case "pg1", "pg3", "pg1-base":
+		schema := fmt.Sprintf("fenceq_bench_%s_%d_%d", strings.ReplaceAll(target, "-", "_"), round, time.Now().UnixNano()%1e6)
 		u, drop, err := newSchema(ctx, schema)
 		if err != nil {
 			return nil, err
 		}
 		defer drop()
-		return runFenceq(ctx, u, map[string]int{"pg1": 1, "pg3": 3}[target])
+		return runFenceq(ctx, binFor(target), u, map[string]int{"pg1": 1, "pg3": 3, "pg1-base": 1}[target])
 	}
 	return nil, fmt.Errorf("unknown target %q", target)
 }
@@ -125,14 +126,21 @@ type server struct {
 	c   *client.Client
 }
 
-func startServer(ctx context.Context, dbArg string) (*server, error) {
+func binFor(target string) string {
+	if strings.HasSuffix(target, "-base") {
+		return *basePath
+	}
+	return *binPath
+}
+
+func startServer(ctx context.Context, bin, dbArg string) (*server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(*binPath, "serve", "--listen", addr, "--db", dbArg, "--log-level", "warn")
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--db", dbArg, "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -229,7 +237,7 @@ func children(pid int) []int {
 }
 
 // runFenceq runs every phase on fenceq with replicas servers over dbArg.
-func runFenceq(ctx context.Context, dbArg string, replicas int) (result, error) {
+func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, error) {
 	var servers []*server
 	defer func() {
 		for _, s := range servers {
@@ -237,7 +245,7 @@ func runFenceq(ctx context.Context, dbArg string, replicas int) (result, error) 
 		}
 	}()
 	for range replicas {
-		s, err := startServer(ctx, dbArg)
+		s, err := startServer(ctx, bin, dbArg)
 		if err != nil {
 			return nil, err
 		}
@@ -676,7 +684,11 @@ func report(names []string, all map[string][]result) {
 	ratio("pg1 single enqueues / River single inserts", "pg1", "enqueue/s", "river", "enqueue/s")
 	ratio("pg3 drain via Workers / pg1 drain via Worker", "pg3", "drain-worker/s", "pg1", "drain-worker/s")
 	ratio("bolt drain via client.Worker / River drain", "bolt", "drain-worker/s", "river", "drain/s")
-	for _, t := range []string{"pg1", "river", "bolt"} {
+	for _, k := range []string{"enqueue/s", "drain-calls/s", "drain-worker/s"} {
+		ratio("pg1 / pg1-base "+k, "pg1", k, "pg1-base", k)
+		ratio("bolt / bolt-base "+k, "bolt", k, "bolt-base", k)
+	}
+	for _, t := range []string{"pg1", "pg1-base", "river", "bolt", "bolt-base"} {
 		if p50, ok := median(all[t], "lat-p50-ms"); ok {
 			p99, _ := median(all[t], "lat-p99-ms")
 			fmt.Printf("%-58s p50 %.1f ms, p99 %.1f ms\n", t+": enqueue->claim at "+strconv.Itoa(*latRate)+" jobs/s offered", p50, p99)
