@@ -102,6 +102,7 @@ type Store struct {
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
 	trips        atomic.Uint64 // round trips of the batches' transactions
+	stmts        atomic.Uint64 // statements of the batches' transactions
 	retries      atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
 	// headHeld sums, over headBatches batches, the time from the audit
 	// head's lock reaching this replica to the commit's answer: a lower
@@ -733,7 +734,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	if err != nil {
 		return nil, time.Time{}, nil, err
 	}
-	tx := &batchTx{conn: conn, trips: &s.trips}
+	tx := &batchTx{conn: conn, trips: &s.trips, stmts: &s.stmts}
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	// The time, kept for the statements after this one in the round trip.
@@ -761,7 +762,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		b.Queue(promoteSQL, nil, promoteLimit, []int64{})
 		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
 	}
-	tx.trip()
+	tx.tripOf(b.Len())
 	br := conn.SendBatch(ctx, b)
 	v := newBatchView()
 	var ns int64
@@ -884,7 +885,7 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		// took the head, so this statement sees it.
 		b.Queue(`SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = ANY($1))`, claimed)
 	}
-	tx.trip()
+	tx.tripOf(b.Len())
 	br := tx.conn.SendBatch(w.ctx, b)
 	for i := 0; i < nCounts && err == nil; i++ {
 		var tag pgconn.CommandTag
@@ -926,7 +927,7 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return false, err
 	}
 	b.Queue(`COMMIT`)
-	tx.trip()
+	tx.tripOf(b.Len())
 	br = tx.conn.SendBatch(w.ctx, b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err = br.Exec(); err != nil {

@@ -109,11 +109,22 @@ func TestBatch_RoundTripsDoNotGrowWithTheBatch(t *testing.T) {
 
 // BenchmarkDrainRoundTrips drains jobs with concurrent claims and
 // completions through one replica, or three over one database, and
-// reports the batches' round trips and commits per drained job (not
+// reports the batches' round trips, statements and commits per drained job (not
 // speed: the counts the batch's length is made of).
 func BenchmarkDrainRoundTrips(b *testing.B) {
-	for _, replicas := range []int{1, 3} {
-		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+	for _, mode := range []string{"calls", "claim_next"} {
+		for _, replicas := range []int{1, 3} {
+			drainRoundTrips(b, mode, replicas)
+		}
+	}
+}
+
+// drainRoundTrips: mode "calls" claims and completes with a call each;
+// "claim_next" claims the next job with each completion (as
+// client.Worker does).
+func drainRoundTrips(b *testing.B, mode string, replicas int) {
+	{
+		b.Run(fmt.Sprintf("%s/replicas=%d", mode, replicas), func(b *testing.B) {
 			u := newTestDB(b)
 			stores := make([]*Store, replicas)
 			for i := range stores {
@@ -124,11 +135,11 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 			for i := range jobs {
 				mustEnqueueJob(b, stores[i%replicas], db.EnqueueRequest{Principal: "p", Queue: "q"})
 			}
-			var trips0, commits0, heads0 uint64
+			var trips0, commits0, heads0, stmts0 uint64
 			var held0 int64
 			for _, s := range stores {
 				c, _ := s.CommitStats()
-				trips0, commits0 = trips0+s.trips.Load(), commits0+c
+				trips0, commits0, stmts0 = trips0+s.trips.Load(), commits0+c, stmts0+s.stmts.Load()
 				heads0, held0 = heads0+s.headBatches.Load(), held0+s.headHeld.Load()
 			}
 			b.ResetTimer()
@@ -140,8 +151,13 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					s := stores[w%replicas]
+					claim := db.ClaimRequest{Principal: "p", Worker: fmt.Sprint("w", w), Queues: []string{"q"}, Lease: time.Minute}
+					var got []db.Job
 					for {
-						got, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: fmt.Sprint("w", w), Queues: []string{"q"}, Lease: time.Minute})
+						var err error
+						if mode == "calls" || got == nil {
+							got, err = s.ClaimJobs(bg, claim)
+						}
 						if err != nil {
 							b.Error(err)
 							return
@@ -150,7 +166,16 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 							return
 						}
 						j := got[0]
-						if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: fmt.Sprint("w", w), FencingToken: j.FencingToken()}}); err != nil {
+						req := db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: fmt.Sprint("w", w), FencingToken: j.FencingToken()}}
+						if mode == "calls" {
+							_, err = s.CompleteJob(bg, req)
+						} else {
+							_, got, err = s.CompleteAndClaimJob(bg, req, claim)
+							if got == nil {
+								got = []db.Job{}
+							}
+						}
+						if err != nil {
 							b.Error(err)
 							return
 						}
@@ -162,17 +187,18 @@ func BenchmarkDrainRoundTrips(b *testing.B) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			var trips, commits, heads uint64
+			var trips, commits, heads, stmts uint64
 			var held int64
 			for _, s := range stores {
 				c, _ := s.CommitStats()
-				trips, commits = trips+s.trips.Load(), commits+c
+				trips, commits, stmts = trips+s.trips.Load(), commits+c, stmts+s.stmts.Load()
 				heads, held = heads+s.headBatches.Load(), held+s.headHeld.Load()
 			}
 			if done != jobs {
 				b.Fatalf("drained %d jobs, want %d", done, jobs)
 			}
 			b.ReportMetric(float64(trips-trips0)/float64(jobs), "trips/job")
+			b.ReportMetric(float64(stmts-stmts0)/float64(jobs), "stmts/job")
 			b.ReportMetric(float64(commits-commits0)/float64(jobs), "commits/job")
 			// The head is held from its lock to the commit: its share of
 			// the drain's time is how close the chain's turns are to the cap.

@@ -25,11 +25,18 @@ type sqlTx interface {
 type batchTx struct {
 	conn  *pgxpool.Conn
 	trips *atomic.Uint64 // round trips to the server, counted for tests
+	stmts *atomic.Uint64 // statements sent, counted for tests
 }
 
-func (t *batchTx) trip() {
+func (t *batchTx) trip() { t.tripOf(1) }
+
+// tripOf counts a round trip of n statements.
+func (t *batchTx) tripOf(n int) {
 	if t.trips != nil {
 		t.trips.Add(1)
+	}
+	if t.stmts != nil {
+		t.stmts.Add(uint64(n))
 	}
 }
 
@@ -49,6 +56,6 @@ func (t *batchTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 func (t *batchTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	t.trip()
+	t.tripOf(b.Len())
 	return t.conn.SendBatch(ctx, b)
 }
