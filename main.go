@@ -18,10 +18,10 @@ import (
 
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/internal/bench"
 	"github.com/fenceq/fenceq/internal/buildinfo"
 	"github.com/fenceq/fenceq/internal/cli"
+	"github.com/fenceq/fenceq/internal/engine"
 	"github.com/fenceq/fenceq/web"
 )
 
@@ -45,7 +45,7 @@ Usage:
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
   fenceq version [--json]                     print the version, commit and Go version (also --version)
-  fenceq help                                 show this help
+  fenceq help [COMMAND]                       show this help, or a command's (as COMMAND --help)
 
 Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FENCEQ_TOKEN):
   fenceq enqueue [--queue Q] [--payload JSON|-] [flags]    enqueue a job and print its id
@@ -69,12 +69,13 @@ Commands for a running server (--server URL, --token TOKEN; or FENCEQ_SERVER, FE
   fenceq backup --out FILE                                 download a consistent snapshot of the database (admin)
   fenceq worker --exec CMD [--queue Q] [--concurrency N]   run CMD for each claimed job (payload on stdin,
                                                            stdout the result, exit 0 completes)
+  fenceq job check                                         in CMD: exit 0 only while its claim is current
 
 Output is for people; --json prints JSON for scripts. Exit status: 0 done,
 1 refused by the server or an error, 2 a usage mistake.
 
-Run "fenceq COMMAND --help" for a command's flags ("fenceq serve --help" for
-the server's). Every flag can also be set by an environment variable:
+Run "fenceq COMMAND --help" (or "fenceq help COMMAND") for a command's flags
+("fenceq serve --help" for the server's). Every flag can also be set by an environment variable:
 --max-lease is FENCEQ_MAX_LEASE, and so on. A flag on the command line wins
 over the environment.
 `
@@ -88,29 +89,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
-	case "serve":
-		return serve(ctx, args, stdout, stderr)
-	case "bench":
-		return bench.Command(ctx, args, stdout, stderr)
-	case "copy":
-		return copyCommand(ctx, args, stdout, stderr)
-	case "version", "--version":
-		return versionCommand(args, stdout, stderr)
+	case "--version":
+		cmd = "version"
 	case "help", "-h", "--help":
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			// "fenceq help lease acquire" is "fenceq lease acquire --help".
+			return run(ctx, append(append([]string{}, args...), "--help"), stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if c, ok := mainCommands[cmd]; ok {
+		return c(ctx, args, stdout, stderr)
 	}
 	return cli.Run(ctx, cmd, args, cli.Env{Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 }
 
+// mainCommands are the commands of package main; every other command is
+// internal/cli's (cli.Names), and "help" is run's own.
+var mainCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
+	"serve": serve,
+	"bench": bench.Command,
+	"copy":  cli.Copy,
+	"version": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
+		return versionCommand(args, stdout, stderr)
+	},
+}
+
 type serveConfig struct {
-	dbPath         string
 	listen         string
 	requireFencing bool
 	defaultLease   time.Duration
 	maxLease       time.Duration
 	maxPayload     int
-	commitSettle   time.Duration
 	maxBody        int64
 	shutdownWait   time.Duration
 	authFile       string
@@ -124,7 +135,6 @@ type serveConfig struct {
 	maxHeaderBytes int
 	retention      time.Duration
 	sweepEvery     time.Duration
-	maxDBSize      int64
 	logFormat      string
 	logLevel       string
 	auditRetention time.Duration
@@ -133,13 +143,12 @@ type serveConfig struct {
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg serveConfig
 	fs := cli.NewFlagSet("fenceq serve", stderr)
-	fs.StringVar(&cfg.dbPath, "db", "./fenceq.db", "bbolt file holding the queue (created if missing), or a postgres:// URL shared by several servers")
+	ef := engine.AddFlags(fs) // --db, --commit-settle, --max-db-size
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:7420", "address to serve HTTP on (port 0 picks a free port)")
 	fs.BoolVar(&cfg.requireFencing, "require-fencing", false, "refuse heartbeat, complete and fail without a fencing_token")
 	fs.DurationVar(&cfg.defaultLease, "default-lease", 30*time.Second, "lease of a claim or heartbeat that gives no lease_ms")
 	fs.DurationVar(&cfg.maxLease, "max-lease", time.Hour, "longest lease a worker may ask for")
 	fs.IntVar(&cfg.maxPayload, "max-payload", 1<<20, "largest job payload or result, in bytes")
-	fs.DurationVar(&cfg.commitSettle, "commit-settle", 500*time.Microsecond, "under load, how long a commit may wait for the previous commit's callers to come back (0: never wait)")
 	fs.Int64Var(&cfg.maxBody, "max-body", 4<<20, "largest request body, in bytes")
 	fs.DurationVar(&cfg.shutdownWait, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long in-flight requests may take to finish before their connections are closed (waiting claims and lease acquires are answered at once; a second signal exits at once)")
 	fs.StringVar(&cfg.authFile, "auth-file", "", "principals file: one \"name roles sha256-of-token\" a line; without it every request is principal \"local\" and only loopback addresses may be served")
@@ -153,16 +162,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.maxHeaderBytes, "max-header-bytes", 64<<10, "largest request header block, in bytes")
 	fs.DurationVar(&cfg.retention, "retention", 7*24*time.Hour, "completed and cancelled jobs are deleted this long after they finished (0 keeps them)")
 	fs.DurationVar(&cfg.sweepEvery, "sweep-interval", time.Minute, "how often the retention sweeper runs")
-	fs.Int64Var(&cfg.maxDBSize, "max-db-size", defaultMaxDBSize(), "largest the database file may grow, in bytes (0: no limit); a write past it is refused with resource_exhausted, reads go on. Default 512 MiB on 32-bit builds, none on 64-bit")
 	fs.StringVar(&cfg.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line)")
 	fs.StringVar(&cfg.logLevel, "log-level", "info", "least severe log level written: debug (also one line per request), info, warn or error")
 	fs.DurationVar(&cfg.auditRetention, "audit-retention", 0, "audit records older than this may be moved out by \"fenceq audit archive\" (archived to a file, then removed); 0 keeps every record for ever")
+	cli.SetUsage(fs, stdout, "fenceq [serve] [flags]", "Serve the HTTP API, the status page and /metrics over a bbolt file (--db, created if missing)\n"+
+		"or a PostgreSQL database (--db postgres://…, shared by several servers). Ctrl-C or SIGTERM\n"+
+		"stops it gracefully (docs/operations.md, docs/edge.md).")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}
-	maxSize, err := maxDBSizeOption(cfg.maxDBSize)
+	opts, err := ef.Options(db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
+		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing})
 	if err != nil {
-		return err
+		return cli.Usagef("%v", err)
 	}
 	if (cfg.tlsCert == "") != (cfg.tlsKey == "") {
 		return cli.Usagef("--tls-cert and --tls-key go together")
@@ -192,6 +204,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, ig := range ef.Ignored() { // a warning, not a refusal: replicas share environments during upgrades
+		logger.Warn(ig.String(), "flag", "--"+ig.Flag, "engine", ig.Engine.String())
+	}
 
 	// Listen before opening the store: a start that fails on a taken port
 	// must not leave a new, empty --db file behind.
@@ -203,14 +218,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// FENCEQ_TEST_NOSYNC=1 is for the power-loss test's control only
 	// (docs/powerloss.md): commits are acknowledged unsynced.
-	noSync := os.Getenv("FENCEQ_TEST_NOSYNC") == "1"
-	if noSync {
+	opts.NoSync = os.Getenv("FENCEQ_TEST_NOSYNC") == "1"
+	if opts.NoSync {
 		logger.Warn("FENCEQ_TEST_NOSYNC=1: commits are not synced, a power cut loses acknowledged writes (for tests only)")
 	}
-	// The one place that picks an engine (engine.go).
-	store, err := openEngine(ctx, cfg.dbPath, db.Rules{DefaultLease: cfg.defaultLease, MaxLease: cfg.maxLease,
-		MaxPayloadBytes: cfg.maxPayload, RequireFencing: cfg.requireFencing},
-		bolt.Options{SettleTime: settleOption(cfg.commitSettle), MaxSize: maxSize, NoSync: noSync})
+	store, err := engine.Open(ctx, ef.DB, opts) // the one place that picks an engine
 	if err != nil {
 		return err
 	}
@@ -231,8 +243,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.tlsCert != "" {
 		scheme = "https"
 	}
-	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", displayDB(cfg.dbPath), "version", buildinfo.Read().Version,
-		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", maxSize)
+	logger.Info("fenceq serving", "listen", scheme+"://"+ln.Addr().String(), "db", engine.Display(ef.DB), "engine", ef.Kind().String(), "version", buildinfo.Read().Version,
+		"require_fencing", cfg.requireFencing, "auth", principals != nil, "max_db_size", opts.MaxSize)
 
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
 		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)
@@ -253,9 +265,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", displayDB(cfg.dbPath), err)
+		return fmt.Errorf("close %s: %w", engine.Display(ef.DB), err)
 	}
-	logger.Info("stopped", "db", displayDB(cfg.dbPath))
+	logger.Info("stopped", "db", engine.Display(ef.DB))
 	return nil
 }
 
@@ -292,15 +304,6 @@ func sweepLoop(ctx context.Context, store db.Store, retention, every time.Durati
 			logger.Info("retention sweep", "deleted", n, "retention", retention)
 		}
 	}
-}
-
-// settleOption maps --commit-settle to bolt.Options.SettleTime, where 0 means
-// the default and a negative value turns the wait off.
-func settleOption(d time.Duration) time.Duration {
-	if d <= 0 {
-		return -1
-	}
-	return d
 }
 
 // The collector's defaults, each used unless its variable (GOGC,

@@ -18,9 +18,7 @@ import (
 func shutdown(srv *http.Server, store db.Store, timeout time.Duration, logger *slog.Logger) {
 	start := time.Now()
 	logger.Info("shutting down: answering waiting claims, finishing in-flight requests", "timeout", timeout)
-	if ws, ok := store.(db.WaitStopper); ok {
-		ws.StopWaiting()
-	}
+	store.StopWaiting()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

@@ -13,6 +13,7 @@ import (
 func versionCommand(args []string, stdout, stderr io.Writer) error {
 	fs := cli.NewFlagSet("fenceq version", stderr)
 	asJSON := fs.Bool("json", false, "print the build information as JSON")
+	cli.SetUsage(fs, stdout, "fenceq version [--json]", "Print the version, the commit it was built from and the Go version (also fenceq --version).")
 	if err := cli.ParseWithEnv(fs, args); err != nil {
 		return err
 	}

@@ -111,3 +111,28 @@ if [[ $ran -ne 0 ]]; then
 fi
 requests=$(grep -c 'Request received' "$work/prism.log" || true)
 echo "Prism validated $requests requests and their replies: none breaks the document"
+
+echo "== apitools: what the document refuses, Prism refuses and fenceq answers 400 (issue 31)"
+# Each request breaks a rule the document states (QueueName's pattern on a
+# path, run_at with delay_ms, claim_next without a worker, equal batch
+# items, a worker over maxLength, a null body): Prism, validating against
+# the document alone, must refuse it (422), and fenceq itself must answer
+# it 400 with nothing done.
+broken=(
+  "POST /v1/queues/a%20b/pause "
+  'POST /v1/jobs {"queue":"apitools","run_at":"2030-01-02T03:04:05Z","delay_ms":1000}'
+  'POST /v1/jobs/complete {"jobs":[{"id":999999,"worker":"w1"}],"claim_next":{"queues":["apitools"]}}'
+  'POST /v1/jobs/fail {"worker":"w1","jobs":[{"id":999999},{"id":999999}]}'
+  "POST /v1/jobs/heartbeat {\"worker\":\"$(printf 'w%.0s' $(seq 201))\",\"jobs\":[{\"id\":999999,\"worker\":\"w1\"}]}"
+  'POST /v1/jobs null'
+)
+for b in "${broken[@]}"; do
+  read -r method path body <<<"$b"
+  args=(-s -o /dev/null -w '%{http_code}' -X "$method" -H 'Content-Type: application/json')
+  [[ -n $body ]] && args+=(-d "$body")
+  via_prism=$(curl "${args[@]}" "http://127.0.0.1:7420$path")
+  direct=$(curl "${args[@]}" "$upstream$path")
+  [[ $via_prism == 422 && $direct == 400 ]] ||
+    fail "$method $path ${body:0:80}: Prism answered $via_prism (want 422: the document refuses it), fenceq $direct (want 400)"
+  echo "refused by the document and by fenceq: $method $path ${body:0:60}"
+done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The power-loss tests (powerloss_test.go, internal/lazyfs) mount a FUSE
+# The power-loss tests (e2e/powerloss_test.go, internal/lazyfs) mount a FUSE
 # filesystem: they need /dev/fuse and fusermount3, from Debian's fuse3
 # (3.14.0-4 on bookworm; apt cannot pin below the suite's version). With
 # CI=true the tests fail rather than skip when FUSE is missing, so install

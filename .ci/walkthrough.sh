@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The docs' walkthrough test (walkthrough_test.go, run by "go test" below)
-# pastes the README's and docs/' shell blocks into bash: they need curl,
-# sed and grep. Install curl when a fresh machine lacks it; the test then
-# fails (it does not skip) if the blocks cannot run.
+# The docs' walkthrough test (e2e/walkthrough_test.go, run by .ci/run's "go test ./...")
+# pastes the README's and docs/' shell blocks into bash and into zsh (as an
+# interactive zsh reads a paste: the default shell on macOS): they need
+# curl, sed, grep and both shells. Install curl and zsh when a fresh
+# machine lacks them; the test then fails (it does not skip) if the blocks
+# cannot run.
 set -euo pipefail
-if command -v curl >/dev/null; then
-  echo "found $(curl --version | head -n 1)"
-  exit 0
+cd "$(dirname "$0")/.."
+missing=()
+command -v curl >/dev/null || missing+=(curl) # Debian 12's; the blocks use only long-standing options (-s -w -o -H -d -X)
+command -v zsh >/dev/null || missing+=('zsh=5.9-*') # Debian 12's zsh 5.9, the series macOS ships
+if [[ ${#missing[@]} -gt 0 ]]; then
+  .ci/apt-install.sh "${missing[@]}"
 fi
-apt=(apt-get); [[ $(id -u) -ne 0 ]] && apt=(sudo -n apt-get)
-DEBIAN_FRONTEND=noninteractive timeout 300 "${apt[@]}" -qq update
-# Debian 12's curl; the blocks use only long-standing options (-s -w -o -H -d -X).
-DEBIAN_FRONTEND=noninteractive timeout 600 "${apt[@]}" -qq -y install curl
-curl --version | head -n 1
+echo "found $(curl --version | head -n 1)"
+echo "found $(zsh --version)"

@@ -44,19 +44,21 @@ func (s *Server) archiveAudit(c echo.Context) error {
 	if err := queryUint(c, "limit", &limit); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	head, err := s.store.AuditHead(ctx)
-	if err != nil {
-		return err
-	}
 	res := c.Response()
 	w := &backupWriter{res: res, rc: http.NewResponseController(res), contentType: "application/x-ndjson",
 		name: "fenceq-audit-" + cut.UTC().Format("20060102T150405Z") + ".jsonl"}
-	aw, err := db.NewArchiveWriter(w, db.ArchiveHeader{StartSeq: head.Checkpoint.Seq, StartHash: head.Checkpoint.Hash,
-		Before: cut.UTC(), CreatedAt: s.cfg.Now().UTC()})
-	if err == nil {
-		err = s.streamArchive(c, aw, head.Checkpoint.Seq, cut, limit)
-	}
+	// The checkpoint and the records come from one snapshot of the log
+	// (Store.ArchiveAudit): a removal that another client's archive
+	// commits meanwhile cannot break the chain this one writes.
+	var aw *db.ArchiveWriter
+	err = s.store.ArchiveAudit(c.Request().Context(), db.ArchiveAuditRequest{Before: cut, Limit: limit},
+		func(cp db.AuditCheckpoint) error {
+			var err error
+			aw, err = db.NewArchiveWriter(w, db.ArchiveHeader{StartSeq: cp.Seq, StartHash: cp.Hash,
+				Before: cut.UTC(), CreatedAt: s.cfg.Now().UTC()})
+			return err
+		},
+		func(r db.AuditRecord) error { return aw.Add(r) })
 	if err == nil {
 		err = aw.Close()
 	}
@@ -67,33 +69,12 @@ func (s *Server) archiveAudit(c echo.Context) error {
 	if !w.started {
 		return err
 	}
-	s.log.Warn("audit archive aborted after it started", "principal", principalOf(c), "records", aw.Records(), "err", err)
-	panic(http.ErrAbortHandler)
-}
-
-// streamArchive adds the records after the checkpoint that are older than
-// cut, a page (one read transaction) at a time: they do not change while
-// they are read, as only a removal confirmed by a client takes them away.
-func (s *Server) streamArchive(c echo.Context, aw *db.ArchiveWriter, after uint64, cut time.Time, limit uint64) error {
-	ctx := c.Request().Context()
-	for {
-		page, err := s.store.ListAudit(ctx, after, db.MaxListLimit)
-		if err != nil {
-			return err
-		}
-		for _, r := range page {
-			if !r.Time.Before(cut) || (limit > 0 && aw.Records() == limit) {
-				return nil
-			}
-			if err := aw.Add(r); err != nil {
-				return err
-			}
-			after = r.Seq
-		}
-		if len(page) < db.MaxListLimit {
-			return nil
-		}
+	var records uint64
+	if aw != nil {
+		records = aw.Records()
 	}
+	s.log.Warn("audit archive aborted after it started", "principal", principalOf(c), "records", records, "err", err)
+	panic(http.ErrAbortHandler)
 }
 
 type removeAuditBody struct {

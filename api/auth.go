@@ -187,7 +187,11 @@ const anyRole Role = "any"
 // authenticate is the middleware used with an auth file.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		need, guarded := routeRoles[c.Request().Method+" "+c.Path()]
+		method := c.Request().Method
+		if method == http.MethodHead {
+			method = http.MethodGet // HEAD is GET without the body (headAsGet): the same role
+		}
+		need, guarded := routeRoles[method+" "+c.Path()]
 		if c.Request().Method == http.MethodPost && c.Path() == "/v1/leases/*" && strings.HasSuffix(c.Request().URL.Path, "/check") {
 			// A resource guarded by a lease checks tokens without being a
 			// worker. Only the POST is the check: GET of a lease whose name

@@ -75,9 +75,27 @@ func decodeItems[T interface{ item() batchItem }](raw []json.RawMessage, into fu
 		if it.ID == nil || *it.ID == 0 {
 			return invalidArgument("jobs[%d]: id must be a positive integer", i)
 		}
+		if len(it.Worker) > maxWorkerBytes {
+			return invalidArgument("jobs[%d]: worker is longer than %d bytes", i, maxWorkerBytes)
+		}
 		if err := into(i, &v, it); err != nil {
 			return itemInvalid(i, err)
 		}
+	}
+	return nil
+}
+
+// maxWorkerBytes is the longest worker label (lease.ValidateWorker), the
+// document's maxLength of a batch's and an item's worker. A longer one
+// breaks the request's schema, so it is a 400 for the whole request, not
+// the item's own refusal that the single call's rules would give.
+const maxWorkerBytes = 200
+
+// check refuses what makes the whole batch malformed before any item is
+// read: a default worker longer than the document allows.
+func (b batchBody) check() error {
+	if len(b.Worker) > maxWorkerBytes {
+		return invalidArgument("worker is longer than %d bytes", maxWorkerBytes)
 	}
 	return nil
 }
@@ -122,6 +140,9 @@ func (s *Server) heartbeatBatch(c echo.Context) error {
 	if err := bindJSON(c, &b); err != nil {
 		return err
 	}
+	if err := b.check(); err != nil {
+		return err
+	}
 	reqs := make([]db.HeartbeatRequest, len(b.Jobs))
 	ids := make([]uint64, len(b.Jobs))
 	type item struct {
@@ -150,6 +171,9 @@ func (s *Server) completeBatch(c echo.Context) error {
 		ClaimNext *claimNextBody `json:"claim_next"`
 	}
 	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
 		return err
 	}
 	req := db.CompleteBatchRequest{Items: make([]db.CompleteRequest, len(b.Jobs))}
@@ -194,6 +218,9 @@ func (s *Server) completeBatch(c echo.Context) error {
 func (s *Server) failBatch(c echo.Context) error {
 	var b batchBody
 	if err := bindJSON(c, &b); err != nil {
+		return err
+	}
+	if err := b.check(); err != nil {
 		return err
 	}
 	reqs := make([]db.FailRequest, len(b.Jobs))

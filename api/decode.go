@@ -48,6 +48,12 @@ func decodeJSON(body []byte, v any, optional bool) error {
 		}
 		return invalidArgument("request body is empty; expected a JSON object")
 	}
+	if bytes.Equal(bytes.TrimSpace(body), []byte("null")) {
+		// encoding/json decodes null into a struct as "nothing to set":
+		// without this, null would be the empty object (an enqueue into
+		// "default"), which the API document does not allow.
+		return invalidArgument("request body must be a JSON object, got null")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
@@ -73,11 +79,14 @@ func decodeJSONList[T any](body []byte, limit int, what string) ([]T, error) {
 		if len(items) == limit {
 			return nil, invalidArgument("more than %d %s in one request; send at most %d", limit, what, limit)
 		}
-		var item T
+		var item *T // nil after a null, which must not read as {}
 		if err := dec.Decode(&item); err != nil {
 			return nil, jsonError(err)
 		}
-		items = append(items, item)
+		if item == nil {
+			return nil, invalidArgument("%s[%d] must be a JSON object, got null", what, len(items))
+		}
+		items = append(items, *item)
 	}
 	if _, err := dec.Token(); err != nil { // the closing ]
 		return nil, jsonError(err)

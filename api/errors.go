@@ -127,9 +127,15 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	apiErr, known := toAPIError(err)
 	req := c.Request()
-	if !known {
+	switch {
+	case !known:
 		s.log.ErrorContext(req.Context(), "internal error", "method", req.Method, "path", req.URL.Path, "err", err)
-	} else {
+	case apiErr.Code == "cancelled":
+		// The client stopped waiting (a worker shutting down ends its own
+		// long-poll): not a refusal, so not counted as one; /metrics still
+		// measures the request (status 499).
+		s.log.DebugContext(req.Context(), "cancelled by the client", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c))
+	default:
 		// Refusals change nothing and are not audited; they are counted and logged.
 		method, route := routeLabels(c)
 		s.refusals.add(method+" "+route, apiErr.Code)

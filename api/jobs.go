@@ -157,6 +157,13 @@ func (s *Server) enqueue(c echo.Context) error {
 }
 
 func (s *Server) getJob(c echo.Context) error {
+	switch c.Param("id") {
+	case "heartbeat", "complete", "fail":
+		// POST /v1/jobs/heartbeat and the others are batch routes: GET is
+		// a method they do not have, not a job id that is not a number.
+		c.Response().Header().Set(echo.HeaderAllow, http.MethodPost)
+		return &Error{http.StatusMethodNotAllowed, "invalid_argument", "method not allowed on this endpoint"}
+	}
 	id, err := pathID(c)
 	if err != nil {
 		return err

@@ -37,8 +37,11 @@ func leaseName(c echo.Context, withAction bool) (name, action string, err error)
 	if withAction {
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
-			return "", "", &Error{http.StatusNotFound, "not_found",
-				"no such endpoint: use POST /v1/leases/{name}/acquire, renew, release or check"}
+			// POST on the path of a lease (GET /v1/leases/{name}): a
+			// method that path does not have.
+			c.Response().Header().Set(echo.HeaderAllow, "GET, HEAD")
+			return "", "", &Error{http.StatusMethodNotAllowed, "invalid_argument",
+				"POST needs an action after the lease name: POST /v1/leases/{name}/acquire, renew, release or check; GET /v1/leases/{name} reads the lease"}
 		}
 		rest, action = rest[:i], rest[i+1:]
 	}
@@ -86,8 +89,11 @@ func (s *Server) leaseAction(c echo.Context) error {
 	case "check":
 		return s.checkLease(c, name)
 	}
-	return &Error{http.StatusNotFound, "not_found",
-		"no such lease action " + strconv.Quote(action) + ": use acquire, renew, release or check"}
+	// Not an action: the path is the GET path of the lease
+	// name+"/"+action (names may hold slashes), which has no POST.
+	c.Response().Header().Set(echo.HeaderAllow, "GET, HEAD")
+	return &Error{http.StatusMethodNotAllowed, "invalid_argument",
+		"no such lease action " + strconv.Quote(action) + ": POST /v1/leases/{name}/acquire, renew, release or check"}
 }
 
 func (s *Server) acquireLease(c echo.Context, name string) error {

@@ -195,8 +195,8 @@ func TestLeases_BadNamesAreRefused(t *testing.T) {
 	wantCode(t, "control character", ls.call("POST", "/v1/leases/a%0Ab/acquire", body), http.StatusBadRequest, "invalid_argument", "control")
 	wantCode(t, "invalid UTF-8", ls.call("POST", "/v1/leases/a%FF/acquire", body), http.StatusBadRequest, "invalid_argument", "UTF-8")
 	wantCode(t, "too long", ls.call("POST", encodedPath(strings.Repeat("x", 1025))+"/acquire", body), http.StatusBadRequest, "invalid_argument", "1024")
-	wantCode(t, "no action", ls.call("POST", "/v1/leases/just-a-name", body), http.StatusNotFound, "not_found")
-	wantCode(t, "unknown action", ls.call("POST", "/v1/leases/n/steal", body), http.StatusNotFound, "not_found", "steal")
+	wantCode(t, "no action", ls.call("POST", "/v1/leases/just-a-name", body), http.StatusMethodNotAllowed, "invalid_argument", "action")
+	wantCode(t, "unknown action", ls.call("POST", "/v1/leases/n/steal", body), http.StatusMethodNotAllowed, "invalid_argument", "steal")
 	wantCode(t, "never acquired", ls.call("GET", "/v1/leases/nope", nil), http.StatusNotFound, "not_found")
 	if n := leaseListLen(t, ls); n != 0 {
 		t.Errorf("refused requests stored %d leases", n)

@@ -469,6 +469,17 @@ func TestOpenAPIResponses(t *testing.T) {
 	if !bytes.Contains(batch.body, []byte(`"jobs"`)) {
 		t.Fatalf("batch enqueue: %s", batch.body)
 	}
+	// What the document refuses, the server refuses: run_at with a
+	// delay_ms, and a body of null (issue 31).
+	for _, body := range []string{
+		`{"queue":"other","run_at":"2030-01-02T03:04:05Z","delay_ms":1000}`,
+		`[{"queue":"other","delay_ms":5,"run_at":"2030-01-02T03:04:05Z"}]`,
+		`null`, `[null]`,
+	} {
+		r := post("/v1/jobs", producer, body)
+		r.breaks = true
+		c.do(r, http.StatusBadRequest)
+	}
 	c.job(get(fmt.Sprintf("/v1/jobs/%d", first.ID), producer), http.StatusOK)
 	c.do(get("/v1/jobs?queue=emails&limit=2", producer), http.StatusOK) // with next
 	c.do(get("/v1/jobs?state=scheduled&after=1", producer), http.StatusOK)
@@ -570,7 +581,32 @@ func TestOpenAPIResponses(t *testing.T) {
 	r = post("/v1/jobs/complete", worker, `{"worker":"b1","jobs":[]}`)
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
-	c.do(post("/v1/jobs/fail", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d},{"id":%d}]}`, bb, bb)), http.StatusBadRequest)
+	// One job twice: the document says so where JSON Schema can (two
+	// equal items, uniqueItems); the same id in two different items is
+	// the server's rule alone.
+	r = post("/v1/jobs/fail", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d},{"id":%d}]}`, bb, bb))
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
+	c.do(post("/v1/jobs/fail", worker, fmt.Sprintf(`{"worker":"b1","jobs":[{"id":%d},{"id":%d,"error":"x"}]}`, bb, bb)), http.StatusBadRequest)
+	// claim_next needs a worker, its own or the batch's (issue 31).
+	r = post("/v1/jobs/complete", worker, `{"jobs":[{"id":999999,"worker":"b1"}],"claim_next":{"queues":["bat"]}}`)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
+	r = post("/v1/jobs/complete", worker, `{"worker":"","jobs":[{"id":999999,"worker":"b1"}],"claim_next":{"queues":["bat"]}}`)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
+	c.do(post("/v1/jobs/complete", worker, `{"jobs":[{"id":999999,"worker":"b1"}],"claim_next":{"worker":"b1","queues":["nothing"]}}`), http.StatusOK)
+	c.do(post("/v1/jobs/complete", worker, `{"jobs":[{"id":999999,"worker":"b1"}]}`), http.StatusOK)
+	// A batch's worker over maxLength 200 is the whole request's 400, not
+	// an item's refusal in a 200.
+	for _, body := range []string{
+		fmt.Sprintf(`{"worker":%q,"jobs":[{"id":999999,"worker":"b1"}]}`, strings.Repeat("w", 201)),
+		fmt.Sprintf(`{"jobs":[{"id":999999,"worker":%q}]}`, strings.Repeat("w", 201)),
+	} {
+		r = post("/v1/jobs/heartbeat", worker, body)
+		r.breaks = true
+		c.do(r, http.StatusBadRequest)
+	}
 	r = post("/v1/jobs/heartbeat", worker, `{"worker":"b1","jobs":[{"id":1,"lease_ms":"long"}]}`)
 	r.breaks = true
 	c.do(r, http.StatusBadRequest)
@@ -642,7 +678,12 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
 	c.do(post("/v1/queues/flaky/resume", admin, nil), http.StatusOK)
 	c.do(post("/v1/queues/held/pause", admin, nil), http.StatusOK)
-	c.do(post("/v1/queues/a%20b/pause", admin, nil), http.StatusBadRequest)
+	r = post("/v1/queues/a%20b/pause", admin, nil) // the path's {queue} has QueueName's pattern
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
+	r = post("/v1/queues/a%20b/resume", admin, nil)
+	r.breaks = true
+	c.do(r, http.StatusBadRequest)
 	c.do(post("/v1/queues/held/resume", producer, nil), http.StatusForbidden)
 
 	// Read side: counts, stats (with the refusals above), audit, history,

@@ -40,6 +40,7 @@ type Store interface {
 	VerifyAudit(ctx context.Context) (db.AuditReport, error)
 	VerifyAuditFrom(ctx context.Context, req db.AuditVerifyRequest) (db.AuditReport, error)
 	RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.AuditCheckpoint, error)
+	ArchiveAudit(ctx context.Context, req db.ArchiveAuditRequest, start func(db.AuditCheckpoint) error, add func(db.AuditRecord) error) error
 
 	// Named leases and token checks (leases.go).
 	AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (db.Lease, error)
@@ -139,7 +140,8 @@ func New(store Store, cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = replySerializer{}
-	e.Use(s.requestIDs, s.instrument, s.deadline) // requestid.go
+	e.Pre(headAsGet)
+	e.Use(restoreHead, s.requestIDs, s.instrument, s.deadline) // requestid.go
 	if cfg.Principals != nil {
 		e.Use(s.limitBody, s.authenticate)
 	} else {
@@ -198,6 +200,47 @@ func New(store Store, cfg Config) *Server {
 
 // ServeHTTP makes Server an http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// headKey marks a HEAD request that headAsGet routes as a GET.
+const headKey = "fenceq.head"
+
+// headAsGet answers HEAD wherever GET is answered (load balancers and
+// monitors send HEAD): before routing, a HEAD request becomes a GET whose
+// reply body is discarded, so the status and headers are GET's. A path
+// without GET answers HEAD as it answers GET: 405. restoreHead, the first
+// middleware after routing, gives the request its method back for logs,
+// metrics and refusal counts.
+func headAsGet(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.Method != http.MethodHead {
+			return next(c)
+		}
+		req.Method = http.MethodGet
+		c.Set(headKey, true)
+		res := c.Response()
+		res.Writer = bodyless{res.Writer}
+		return next(c)
+	}
+}
+
+func restoreHead(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if head, _ := c.Get(headKey).(bool); head {
+			c.Request().Method = http.MethodHead
+		}
+		return next(c)
+	}
+}
+
+// bodyless is a reply writer that sends the headers and status and drops
+// the body, as a reply to HEAD must.
+type bodyless struct{ http.ResponseWriter }
+
+func (b bodyless) Write(p []byte) (int, error) { return len(p), nil }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (b bodyless) Unwrap() http.ResponseWriter { return b.ResponseWriter }
 
 // deadline bounds every request below the write timeout (Config.WriteTimeout).
 func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {

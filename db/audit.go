@@ -347,6 +347,19 @@ type AuditSubjectRequest struct {
 	Limit   int    // 0: DefaultListLimit; at most MaxListLimit
 }
 
+// Normalize fills the default limit and refuses, with CodeInvalid, a limit
+// outside 1..MaxListLimit or no subject: the same for every engine.
+func (req *AuditSubjectRequest) Normalize() error {
+	var err error
+	if req.Limit, err = ListLimit(req.Limit); err != nil {
+		return err
+	}
+	if req.Subject == "" {
+		return Errorf(CodeInvalid, "subject is required")
+	}
+	return nil
+}
+
 // AuditPage is a page of audit records. Next is the cursor for the
 // following page (the Before of the next request), 0 when there is none.
 type AuditPage struct {
@@ -397,6 +410,20 @@ type RemoveAuditRequest struct {
 	// DefaultRemoveStep. The caller repeats until the checkpoint reaches
 	// Through.Seq.
 	Limit int
+}
+
+// ArchiveAuditRequest asks for the stored audit records an archive holds
+// (Store.ArchiveAudit): those after the checkpoint older than Before, at
+// most Limit of them (0: all).
+type ArchiveAuditRequest struct {
+	Before time.Time
+	Limit  uint64
+}
+
+// Archives reports whether the archive takes r, the next stored record
+// after n taken: it must be older than the cut and within the limit.
+func (req ArchiveAuditRequest) Archives(r AuditRecord, n uint64) bool {
+	return r.Time.Before(req.Before) && (req.Limit == 0 || n < req.Limit)
 }
 
 // DefaultRemoveStep is how many audit records one RemoveAudit call removes

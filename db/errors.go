@@ -91,11 +91,3 @@ var (
 // of the server's configuration, not of the request: the API answers it 507
 // resource_exhausted, naming the flag.
 var ErrFull = errors.New("db: the store has reached its size limit")
-
-// WaitStopper is a store that can end every wait in progress at shutdown
-// (the server's SIGTERM): waiting claims return what they have (a job
-// already handed to them, else nothing), waiting lease acquires return as
-// when their wait runs out, and later waits return at once.
-type WaitStopper interface {
-	StopWaiting()
-}

@@ -105,6 +105,13 @@ type Store interface {
 	// Through is past the head; CodeConflict when Through.Hash is not the
 	// stored record's or a record to remove is not older than req.Before.
 	RemoveAudit(ctx context.Context, req RemoveAuditRequest) (AuditCheckpoint, error)
+	// ArchiveAudit reads an archive's records from one snapshot of the
+	// log: it calls start with the checkpoint, then add with each stored
+	// record after it, in order, while they are older than req.Before, at
+	// most req.Limit of them (0: all). A removal committed meanwhile
+	// changes nothing it reads. An error from start or add ends the read
+	// and is returned.
+	ArchiveAudit(ctx context.Context, req ArchiveAuditRequest, start func(AuditCheckpoint) error, add func(AuditRecord) error) error
 	// AuditHead returns the newest link and the checkpoint.
 	AuditHead(ctx context.Context) (AuditHead, error)
 	// AuditCounts returns the counters kept with the log.
@@ -123,6 +130,13 @@ type Store interface {
 	SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error)
 	// Sweep runs SweepOnce until a pass deletes less than a full batch.
 	Sweep(ctx context.Context, retention time.Duration) (int, error)
+
+	// StopWaiting ends every wait, now and later, for a graceful shutdown
+	// (the server's SIGTERM): waiting claims return what they have (a job
+	// already handed to them, else nothing), waiting lease acquires return
+	// their lease-held refusal, as when their waits run out, and later
+	// waits return after one attempt. Everything else goes on until Close.
+	StopWaiting()
 
 	// Ping reports whether the store can serve a read.
 	Ping(ctx context.Context) error

@@ -1,13 +1,14 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	bbolt "go.etcd.io/bbolt"
 )
 
 // RemoveAudit removes up to req.Limit of the oldest stored audit records,
@@ -24,93 +25,102 @@ func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.
 	return op.cp, nil
 }
 
-// removeAuditOp: decide checks that the records to remove are the ones
-// archived (the chain verifies from the checkpoint and ends at
-// req.Through's hash) and older than the cut; apply removes them, moves
-// the checkpoint and appends the archive record.
+// removeAuditOp: decide feeds the removal's plan (db.PlanAuditRemoval,
+// which makes every check and refusal) what it reads: the checkpoint, the
+// head, the record at req.Through and the records to remove; apply
+// removes them, moves the checkpoint and appends the archive record.
 type removeAuditOp struct {
-	req      db.RemoveAuditRequest
-	cp       db.AuditCheckpoint
-	removed  []removedLink
-	lastHash []byte
-	lastTime int64
-}
-
-type removedLink struct {
-	seq     uint64
-	subject string
+	req  db.RemoveAuditRequest
+	cp   db.AuditCheckpoint
+	plan *db.AuditRemoval
 }
 
 func (op *removeAuditOp) decide(r reader, now time.Time) error {
 	op.cp = auditCheckpoint(r.tx)
-	through := op.req.Through
-	if through.Seq <= op.cp.Seq {
-		return nil // archived and removed before: a repeated call
-	}
 	head, _, err := r.auditHead()
 	if err != nil {
 		return err
 	}
-	if through.Seq > head {
-		return db.Errorf(db.CodeInvalid, "audit record %d does not exist (the head is %d)", through.Seq, head)
-	}
-	audit := r.tx.Bucket(bucketAudit)
-	last, err := db.DecodeAuditLink(audit.Get(u64(through.Seq)))
-	if err != nil {
+	p, err := db.PlanAuditRemoval(op.req, op.cp, head)
+	if err != nil || p.Done() {
 		return err
 	}
-	if !bytes.Equal(last.Hash, through.Hash) {
-		return db.Errorf(db.CodeConflict, "audit record %d does not have the hash the archive holds", through.Seq)
+	audit := r.tx.Bucket(bucketAudit)
+	if err := p.CheckThrough(audit.Get(u64(op.req.Through.Seq))); err != nil {
+		return err
 	}
-	end := min(through.Seq, op.cp.Seq+uint64(op.req.Limit))
-	var v db.ChainVerifier
-	v.Start(op.cp.Mark())
-	cut := op.req.Before.UnixNano()
 	c := audit.Cursor()
-	for k, val := c.Seek(u64(op.cp.Seq + 1)); k != nil && idFromKey(k) <= end; k, val = c.Next() {
-		if !v.Add(idFromKey(k), val) {
-			rep := v.ReportSoFar(0, nil)
-			return db.Errorf(db.CodeConflict, "the audit chain does not verify (%s): nothing is removed; run fenceq audit verify", rep.Reason)
-		}
-		l, err := db.DecodeAuditLink(val)
-		if err != nil {
+	for k, val := c.Seek(u64(p.After() + 1)); k != nil && idFromKey(k) <= p.End(); k, val = c.Next() {
+		if err := p.Add(idFromKey(k), val); err != nil {
 			return err
 		}
-		if op.req.Before.IsZero() || l.Time >= cut {
-			return db.Errorf(db.CodeConflict, "audit record %d (%s) is not older than the cut %s", l.Seq,
-				db.FromUnixNano(l.Time).Format(time.RFC3339Nano), op.req.Before.UTC().Format(time.RFC3339Nano))
-		}
-		op.removed = append(op.removed, removedLink{l.Seq, l.Subject})
-		op.lastHash, op.lastTime = l.Hash, l.Time
 	}
-	if len(op.removed) == 0 || op.removed[len(op.removed)-1].seq != end {
-		return db.Errorf(db.CodeConflict, "audit record %d is missing: nothing is removed; run fenceq audit verify", end)
+	if err := p.Finish(); err != nil {
+		return err
 	}
+	op.plan = p
 	return nil
 }
 
 func (op *removeAuditOp) apply(w *writer, _ int) (bool, error) {
-	if len(op.removed) == 0 {
+	p := op.plan
+	if p == nil {
 		return false, nil
 	}
 	audit, subjects := w.tx.Bucket(bucketAudit), w.tx.Bucket(bucketAuditSubject)
-	for _, l := range op.removed {
-		if err := audit.Delete(u64(l.seq)); err != nil {
+	for _, l := range p.Removed() {
+		if err := audit.Delete(u64(l.Seq)); err != nil {
 			return false, err
 		}
-		if err := subjects.Delete(append(auditSubjectPrefix(l.subject), u64(l.seq)...)); err != nil {
+		if err := subjects.Delete(append(auditSubjectPrefix(l.Subject), u64(l.Seq)...)); err != nil {
 			return false, err
 		}
 	}
-	end := op.removed[len(op.removed)-1].seq
+	last := p.Last()
 	v := make([]byte, 0, 8+sha256.Size+16)
-	v = binary.BigEndian.AppendUint64(v, end)
-	v = append(v, op.lastHash...)
-	v = binary.BigEndian.AppendUint64(v, uint64(op.lastTime))
+	v = binary.BigEndian.AppendUint64(v, last.Seq)
+	v = append(v, last.Hash...)
+	v = binary.BigEndian.AppendUint64(v, uint64(last.Time))
 	v = binary.BigEndian.AppendUint64(v, uint64(w.now.UnixNano()))
 	if err := w.tx.Bucket(bucketMeta).Put(metaAuditCheckpoint, v); err != nil {
 		return false, err
 	}
 	op.cp = auditCheckpoint(w.tx)
-	return false, w.audit(db.RemoveAuditEvent(op.req.Principal, op.removed[0].seq, end, op.lastHash))
+	return false, w.audit(p.Event())
+}
+
+// ArchiveAudit reads the checkpoint and the records to archive in one read
+// transaction (see db.Store): a removal committed meanwhile does not touch
+// what it reads. Like a backup, it holds the transaction while its caller
+// writes each record on.
+func (s *Store) ArchiveAudit(ctx context.Context, req db.ArchiveAuditRequest, start func(db.AuditCheckpoint) error, add func(db.AuditRecord) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.view(func(tx *bbolt.Tx) error {
+		cp := auditCheckpoint(tx)
+		if err := start(cp); err != nil {
+			return err
+		}
+		var n uint64
+		c := tx.Bucket(bucketAudit).Cursor()
+		for k, v := c.Seek(u64(cp.Seq + 1)); k != nil; k, v = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			l, err := db.DecodeAuditLink(v)
+			if err != nil {
+				return fmt.Errorf("audit record %d: %w", idFromKey(k), err)
+			}
+			r := l.Record()
+			if !req.Archives(r, n) {
+				return nil
+			}
+			if err := add(r); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
 }

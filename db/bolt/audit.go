@@ -63,13 +63,10 @@ func auditSubjectPrefix(subject string) []byte {
 // file opened read-only that predates the index has no history to show. It
 // returns CodeInvalid for a limit outside 1..MaxListLimit.
 func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error) {
-	var err error
-	if req.Limit, err = db.ListLimit(req.Limit); err != nil {
+	if err := req.Normalize(); err != nil {
 		return db.AuditPage{}, err
 	}
-	if req.Subject == "" {
-		return db.AuditPage{}, db.Errorf(db.CodeInvalid, "subject is required")
-	}
+	var err error
 	page := db.AuditPage{Records: []db.AuditRecord{}}
 	err = s.view(func(tx *bbolt.Tx) error {
 		idx := tx.Bucket(bucketAuditSubject)

@@ -11,6 +11,10 @@ var (
 	bucketReady = []byte("idx_ready")
 	// bucketScheduled: runAt id → nil; jobs waiting for their run_at.
 	bucketScheduled = []byte("idx_scheduled")
+	// bucketScheduledQueue: queue 0x00 runAt id → nil; the same jobs, queue
+	// by queue, so that a claim promotes its own queues' due jobs first
+	// (db.Promotion). Schema version 5.
+	bucketScheduledQueue = []byte("idx_scheduled_queue")
 	// bucketClaimed: queue 0x00 leaseExpiresAt id → nil; claimed jobs by lease expiry.
 	bucketClaimed = []byte("idx_claimed")
 	// bucketFinished: finishedAt id → nil; completed and cancelled jobs in
@@ -43,7 +47,7 @@ var (
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
 	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
-	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused}
+	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused, bucketScheduledQueue}
 
 var (
 	metaSchemaVersion = []byte("schema_version")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/fenceq/fenceq/lease"
 	bbolt "go.etcd.io/bbolt"
 )
@@ -64,7 +65,7 @@ func (op *claimOp) apply(w *writer, step int) (bool, error) {
 // available), then claim up to req.Max jobs into got.
 func (s *Store) claimSteps(w *writer, step int, req db.ClaimRequest, got *[]*jobRecord) (more bool, err error) {
 	if step == 0 {
-		return true, s.promoteDue(w, 1000)
+		return true, promote(w, db.PlanPromotion(req.Queues, w.now, true))
 	}
 	if req.Queues = unpausedQueues(w.tx, req.Queues); len(req.Queues) == 0 {
 		return false, nil
@@ -90,18 +91,52 @@ func jobsOf(recs []*jobRecord) []db.Job {
 	return jobs
 }
 
-// promoteDue moves up to limit scheduled jobs whose run_at has come into the
-// ready index, oldest first.
-func (s *Store) promoteDue(w *writer, limit int) error {
+// promote executes a promotion plan (db.Promotion): the due jobs of the
+// plan's queues, oldest first across them (a merge of their cursors in
+// idx_scheduled_queue), then the oldest due jobs of any queue
+// (idx_scheduled), each part within its limit.
+func promote(w *writer, p db.Promotion) error {
+	type head struct {
+		c      *bbolt.Cursor
+		prefix []byte
+		k      []byte
+	}
+	var heads []*head
+	for _, q := range p.Queues {
+		h := &head{c: w.tx.Bucket(bucketScheduledQueue).Cursor(), prefix: queuePrefix(q)}
+		h.k, _ = h.c.Seek(h.prefix)
+		heads = append(heads, h)
+	}
 	var due []uint64
-	c := w.tx.Bucket(bucketScheduled).Cursor()
-	for k, _ := c.First(); k != nil && len(due) < limit; k, _ = c.Next() {
-		if timeFromKey(k, 0) > w.now.UnixNano() {
+	for len(due) < p.QueueLimit {
+		var first *head
+		for _, h := range heads {
+			if h.k == nil || !bytes.HasPrefix(h.k, h.prefix) || !p.Due(timeFromKey(h.k, len(h.prefix))) {
+				continue
+			}
+			if first == nil || bytes.Compare(h.k[len(h.prefix):], first.k[len(first.prefix):]) < 0 {
+				first = h
+			}
+		}
+		if first == nil {
 			break
 		}
+		due = append(due, idFromKey(first.k))
+		first.k, _ = first.c.Next()
+	}
+	if err := promoteIDs(w, due); err != nil {
+		return err
+	}
+	due = due[:0]
+	c := w.tx.Bucket(bucketScheduled).Cursor()
+	for k, _ := c.First(); k != nil && len(due) < p.SweepLimit && p.Due(timeFromKey(k, 0)); k, _ = c.Next() {
 		due = append(due, idFromKey(k))
 	}
-	for _, id := range due {
+	return promoteIDs(w, due)
+}
+
+func promoteIDs(w *writer, ids []uint64) error {
+	for _, id := range ids {
 		old, err := getIndexedJob(w.tx, id)
 		if err != nil {
 			return err
@@ -192,19 +227,19 @@ func (s *Store) handOff(w *writer) error {
 		if isPaused(w.tx, rec.Queue) {
 			continue // its long-polls are woken when the queue is resumed
 		}
-		wt := s.waiters.take(rec.Queue)
+		wt := s.waits.Take(rec.Queue)
 		if wt == nil {
 			queue := rec.Queue
-			w.tx.OnCommit(func() { s.waiters.signal(queue, 1) })
+			w.tx.OnCommit(func() { s.waits.Signal(queue, 1) })
 			continue
 		}
-		s.onAbort = append(s.onAbort, func() { s.waiters.deliver(wt, nil) })
-		claimed, err := claimRecord(w, rec, wt.req)
+		s.onAbort = append(s.onAbort, func() { s.waits.Deliver(wt, nil) })
+		claimed, err := claimRecord(w, rec, wt.Request())
 		if err != nil {
 			return err
 		}
 		job := claimed.job()
-		w.tx.OnCommit(func() { s.waiters.deliver(wt, &job) })
+		w.tx.OnCommit(func() { s.waits.Deliver(wt, &job) })
 		*rec = *claimed // the step's reply is the job as it now is
 	}
 	w.available = w.available[:0]
@@ -214,13 +249,13 @@ func (s *Store) handOff(w *writer) error {
 		w.wakeAt = 0
 	}
 	for _, name := range w.released {
-		w.tx.OnCommit(func() { s.nameWaiters.Wake(name) })
+		w.tx.OnCommit(func() { s.waits.WakeName(name) })
 	}
 	w.released = w.released[:0]
 	for _, queue := range w.resumed {
 		// Every long-poll of the queue claims again: a resumed queue may
 		// hold any number of jobs.
-		w.tx.OnCommit(func() { s.waiters.signalAll(queue) })
+		w.tx.OnCommit(func() { s.waits.SignalAll(queue) })
 	}
 	w.resumed = w.resumed[:0]
 	return nil
@@ -256,74 +291,18 @@ func (s *Store) claimable(queues []string) (bool, error) {
 }
 
 // claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
-// time) when nothing is claimable. It registers as a waiter before each
-// attempt, so a job committed between the attempt and the wait still
-// wakes it. ctx ending (the client went away) ends the wait.
+// time) when nothing is claimable (package wait): woken by a hand-off, a
+// job that became available, or the timer at the next run_at or lease
+// expiry of its queues (armForQueues). ctx ending (the client went away)
+// ends the wait.
 func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	for {
-		w := s.waiters.register(req)
+	return s.waits.Claim(ctx, req, func(ctx context.Context) ([]db.Job, wait.Due, error) {
 		jobs, err := s.claimNow(ctx, req)
-		if err != nil || len(jobs) > 0 {
-			if job := s.releaseWaiter(w); job != nil {
-				jobs = append(jobs, *job) // handed off while this claim ran
-			}
-			return jobs, err
+		if err == nil && len(jobs) == 0 {
+			s.armForQueues(req.Queues)
 		}
-		s.armForQueues(req.Queues)
-		s.waiters.sleep(w)
-		select {
-		case <-w.ch:
-			if job := s.waiters.handedOff(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			// Signalled and already unregistered: try again.
-		case <-deadline.C:
-			if job := s.releaseWaiter(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			return nil, nil
-		case <-s.draining: // StopWaiting: answered as when the wait runs out
-			if job := s.releaseWaiter(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			return nil, nil
-		case <-ctx.Done():
-			s.releaseWaiter(w)
-			return nil, ctx.Err()
-		case <-s.closing:
-			if job := s.releaseWaiter(w); job != nil {
-				return []db.Job{*job}, nil
-			}
-			return nil, db.ErrClosed
-		}
-	}
-}
-
-// releaseWaiter unregisters w and returns a job handed off to it, if any.
-// A plain wake-up it received but did not use is passed on, so that no
-// available job is left with sleeping waiters.
-func (s *Store) releaseWaiter(w *waiter) *db.Job {
-	if s.waiters.handedOffPending(w) {
-		// A commit in progress is handing it a job: wait for its outcome
-		// (one commit at most) rather than leave the job claimed for nobody.
-		<-w.ch
-		if job := s.waiters.handedOff(w); job != nil {
-			return job
-		}
-		return nil
-	}
-	signalled := s.waiters.unregister(w)
-	if job := s.waiters.handedOff(w); job != nil {
-		return job
-	}
-	if signalled {
-		for _, q := range w.queues {
-			s.waiters.signal(q, 1)
-		}
-	}
-	return nil
+		return jobs, wait.Due{}, err // the engine's one timer wakes it (armTimer)
+	})
 }
 
 // armForQueues arms the timer at the next time a job of queues becomes

@@ -31,14 +31,11 @@ func (s *Store) Snapshot() (map[string]string, error) {
 	return snap, err
 }
 
-// WaitingClaims is the number of long-polling claims waiting on queue.
-func (s *Store) WaitingClaims(queue string) int {
-	s.waiters.mu.Lock()
-	defer s.waiters.mu.Unlock()
-	return len(s.waiters.byQueue[queue])
-}
+// WaitingClaims is the number of long-polling claims on queue whose
+// claim found nothing and that sleep.
+func (s *Store) WaitingClaims(queue string) int { return s.waits.Sleeping(queue) }
 
 // WaitingAcquires is the number of acquires waiting for the lease name.
 func (s *Store) WaitingAcquires(name string) int {
-	return s.nameWaiters.Count(name)
+	return s.waits.Acquiring(name)
 }

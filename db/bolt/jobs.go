@@ -313,13 +313,16 @@ func checkIndexes(tx *bbolt.Tx) error {
 		if b, key := indexEntry(rec); b != nil && tx.Bucket(b) != nil {
 			want[string(b)+"/"+string(key)] = true
 		}
+		if b, key := queueIndexEntry(rec); b != nil && tx.Bucket(b) != nil {
+			want[string(b)+"/"+string(key)] = true
+		}
 		counts[string(countKey(rec.Queue, rec.State))]++
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketClaimed, bucketFinished, bucketDead} {
+	for _, b := range [][]byte{bucketReady, bucketScheduled, bucketScheduledQueue, bucketClaimed, bucketFinished, bucketDead} {
 		if tx.Bucket(b) == nil {
 			continue
 		}

@@ -37,6 +37,12 @@ func scheduledKey(r *jobRecord) []byte {
 	return binary.BigEndian.AppendUint64(k, r.ID)
 }
 
+func scheduledQueueKey(r *jobRecord) []byte {
+	k := queuePrefix(r.Queue)
+	k = binary.BigEndian.AppendUint64(k, sortableTime(r.RunAt))
+	return binary.BigEndian.AppendUint64(k, r.ID)
+}
+
 func claimedKey(r *jobRecord) []byte {
 	k := queuePrefix(r.Queue)
 	k = binary.BigEndian.AppendUint64(k, sortableTime(r.LeaseExpiresAt))

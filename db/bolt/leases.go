@@ -11,11 +11,6 @@ import (
 	bbolt "go.etcd.io/bbolt"
 )
 
-// minExpiryWait bounds how often a waiting acquire looks again when the
-// clock says the holder's lease is about to end (or, with a test clock that
-// does not move, has not ended yet).
-const minExpiryWait = 10 * time.Millisecond
-
 const leaseRecordVersion = 1
 
 // leaseRecord is the stored form of a named lease, keyed by its name. Tags
@@ -91,52 +86,18 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 	if err != nil {
 		return db.Lease{}, err
 	}
-	if req.Wait == 0 {
+	return s.waits.Acquire(ctx, req.Name, req.Wait, func(ctx context.Context) (db.Lease, bool, time.Duration, error) {
 		op := &acquireOp{req: req, holder: holder, ttl: ttl}
 		if err := s.update(ctx, op); err != nil {
-			return db.Lease{}, err
-		}
-		return op.out, nil
-	}
-
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	nw := &s.nameWaiters
-	for {
-		// Subscribe before trying, so that a release committed after this
-		// attempt looked is not missed.
-		changed, unsubscribe := nw.Subscribe(req.Name)
-		op := &acquireOp{req: req, holder: holder, ttl: ttl}
-		err := s.update(ctx, op)
-		if err == nil || op.heldBy == nil {
-			unsubscribe()
-			if err != nil {
-				return db.Lease{}, err
+			if op.heldBy == nil {
+				return db.Lease{}, false, 0, err
 			}
-			return op.out, nil
+			// Held: wait for a release, or the holder's expiry by the
+			// store's clock, whichever comes first.
+			return db.Lease{}, true, db.FromUnixNano(op.heldBy.ExpiresAt).Sub(s.opts.Now()), err
 		}
-		// Held: wait for a release, or the holder's expiry by the store's
-		// clock, whichever comes first.
-		expiry := time.NewTimer(max(db.FromUnixNano(op.heldBy.ExpiresAt).Sub(s.opts.Now()), minExpiryWait))
-		var stop error
-		select {
-		case <-changed:
-		case <-expiry.C:
-		case <-deadline.C:
-			stop = err // still held: the holder and expiry of the last look
-		case <-s.draining: // StopWaiting: answered as when the wait runs out
-			stop = err
-		case <-ctx.Done():
-			stop = ctx.Err()
-		case <-s.closing:
-			stop = db.ErrClosed
-		}
-		expiry.Stop()
-		unsubscribe()
-		if stop != nil {
-			return db.Lease{}, stop
-		}
-	}
+		return op.out, false, 0, nil
+	})
 }
 
 // leaseOp is an acquire, renew or release: decide loads the record and

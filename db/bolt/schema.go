@@ -26,17 +26,22 @@ import (
 //	   would ignore it and hand out the jobs of a paused queue, so it must
 //	   refuse the file instead. The upgrade from 3 writes nothing but the
 //	   version (the bucket starts empty: nothing is paused).
+//	5  idx_scheduled_queue, the scheduled jobs queue by queue, from
+//	   which a claim promotes its own queues' due jobs. A build of
+//	   version 4 would not keep it, so it must refuse the file. The
+//	   upgrade from 4 fills it from idx_scheduled.
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
 var upgrades = map[uint64]func(tx *bbolt.Tx) error{
-	1:                      buildNewIndexes,
-	2:                      func(*bbolt.Tx) error { return nil },
-	pausedQueuesSchema - 1: addPausedQueues,
+	1:                        buildNewIndexes,
+	2:                        func(*bbolt.Tx) error { return nil },
+	pausedQueuesSchema - 1:   addPausedQueues,
+	scheduledQueueSchema - 1: buildScheduledQueueIndex,
 }
 
 // openSchema reads the file's schema version and applies db.CheckSchema:
@@ -98,6 +103,23 @@ const pausedQueuesSchema = 4
 // addPausedQueues is the upgrade to pausedQueuesSchema: the queue_paused
 // bucket, which initFile has created empty already, so nothing is paused.
 func addPausedQueues(*bbolt.Tx) error { return nil }
+
+// scheduledQueueSchema is the schema version that added idx_scheduled_queue.
+const scheduledQueueSchema = 5
+
+// buildScheduledQueueIndex is the upgrade to scheduledQueueSchema: it adds
+// every scheduled job to idx_scheduled_queue, which initFile has created
+// empty, from idx_scheduled.
+func buildScheduledQueueIndex(tx *bbolt.Tx) error {
+	byQueue := tx.Bucket(bucketScheduledQueue)
+	return tx.Bucket(bucketScheduled).ForEach(func(k, _ []byte) error {
+		rec, err := getIndexedJob(tx, idFromKey(k))
+		if err != nil {
+			return err
+		}
+		return byQueue.Put(scheduledQueueKey(rec), nil)
+	})
+}
 
 // buildDeadIndex adds every dead job to an empty idx_dead when the counts
 // say dead jobs exist: one scan of the jobs, once.

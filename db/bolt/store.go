@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/fenceq/fenceq/internal/namewait"
 
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/wait"
 	bbolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -55,7 +55,7 @@ type Options struct {
 	// keeps the map below what the process can get (bbolt's Options.MaxSize).
 	MaxSize int
 	// NoSync skips bbolt's fdatasync at each commit. It is for the
-	// power-loss test's control run only (powerloss_test.go), which shows
+	// power-loss test's control run only (e2e/powerloss_test.go), which shows
 	// that a store opened so loses acknowledged writes in a power cut.
 	NoSync bool
 }
@@ -87,8 +87,6 @@ type Store struct {
 	closing   chan struct{}
 	committed chan struct{} // closed when the committer has stopped
 	closeOnce sync.Once
-	draining  chan struct{} // closed by StopWaiting
-	drainOnce sync.Once
 
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
@@ -96,9 +94,8 @@ type Store struct {
 	held       *writeOp // taken by the commit loop but over the last commit's item budget; committer goroutine only
 	batchItems int      // items of the batch being gathered; committer goroutine only
 
-	waiters     waiters          // long-polling claims
-	onAbort     []func()         // run if the commit in progress fails; committer goroutine only
-	nameWaiters namewait.Waiters // acquires waiting for a named lease
+	waits   *wait.Waiters // long-polling claims and acquires waiting for a named lease
+	onAbort []func()      // run if the commit in progress fails; committer goroutine only
 }
 
 // Open opens (creating if needed) the store at path. It returns ErrLocked
@@ -140,7 +137,7 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{bolt: bdb, opts: opts, path: path,
-		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), draining: make(chan struct{})}
+		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}), waits: wait.New()}
 	if opts.ReadOnly {
 		err = bdb.View(func(tx *bbolt.Tx) error {
 			if tx.Bucket(bucketJobs) == nil {
@@ -208,7 +205,7 @@ func checkNotCut(path string, size int64, opts Options) error {
 // long-polling claim returns at once with what it has (a job already handed
 // off to it, else none), and a waiting AcquireLease returns its lease-held
 // refusal, as when their waits run out. Everything else goes on until Close.
-func (s *Store) StopWaiting() { s.drainOnce.Do(func() { close(s.draining) }) }
+func (s *Store) StopWaiting() { s.waits.Stop() }
 
 // syncDir fsyncs the directory dir, making the names in it durable.
 func syncDir(dir string) error {
@@ -230,8 +227,8 @@ func (s *Store) Path() string { return s.path }
 // ErrClosed, and closes the file.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
+	s.waits.Close()
 	<-s.committed
-	s.waiters.stopTimer()
 	return s.bolt.Close()
 }
 

@@ -14,11 +14,8 @@ import (
 // writes; the file itself does not shrink (docs/operations.md says how
 // to compact it offline with bbolt's own compact command).
 func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	if retention < 0 {
-		return 0, db.Errorf(db.CodeInvalid, "retention must not be negative")
-	}
-	if limit <= 0 {
-		limit = db.DefaultSweepBatch
+	if err := db.CheckSweepArgs(retention); err != nil {
+		return 0, err
 	}
 	op := &sweepOp{retention: retention, limit: limit}
 	if err := s.update(ctx, op); err != nil {
@@ -27,19 +24,25 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 	return len(op.ids), nil
 }
 
-// sweepOp: decide picks the finished jobs past retention (reads only);
-// apply deletes them with one audit link. A sweep is never refused.
+// sweepOp: decide reads the jobs its plan (db.PlanSweep) removes, from
+// idx_finished, whose keys are the finished jobs' UpdatedAt and id in the
+// plan's order; apply deletes them with one audit link. A sweep is never
+// refused.
 type sweepOp struct {
 	retention time.Duration
 	limit     int
+	plan      db.Sweep
 	ids       []uint64
 }
 
 func (op *sweepOp) decide(r reader, now time.Time) error {
-	cutoff := now.Add(-op.retention).UnixNano()
+	var err error
+	if op.plan, err = db.PlanSweep(op.retention, op.limit, now); err != nil {
+		return err
+	}
 	c := r.tx.Bucket(bucketFinished).Cursor()
-	for k, _ := c.First(); k != nil && len(op.ids) < op.limit; k, _ = c.Next() {
-		if timeFromKey(k, 0) > cutoff {
+	for k, _ := c.First(); k != nil && len(op.ids) < op.plan.Limit; k, _ = c.Next() {
+		if timeFromKey(k, 0) > op.plan.FinishedBy {
 			break
 		}
 		op.ids = append(op.ids, idFromKey(k))
@@ -60,18 +63,11 @@ func (op *sweepOp) apply(w *writer, _ int) (bool, error) {
 			return false, err
 		}
 	}
-	return false, w.audit(db.SweepEvent(op.ids, op.retention))
+	return false, w.audit(op.plan.Event(op.ids))
 }
 
-// Sweep runs SweepOnce until a pass deletes fewer than a full batch, and
-// returns the total deleted.
+// Sweep runs SweepOnce until a pass deletes fewer than a full batch
+// (db.SweepPasses), and returns the total deleted.
 func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int, error) {
-	total := 0
-	for {
-		n, err := s.SweepOnce(ctx, retention, db.DefaultSweepBatch)
-		total += n
-		if err != nil || n < db.DefaultSweepBatch {
-			return total, err
-		}
-	}
+	return db.SweepPasses(ctx, retention, s.SweepOnce)
 }

@@ -97,11 +97,21 @@ func (w *writer) putJob(old, rec *jobRecord) error {
 				return err
 			}
 		}
+		if b, k := queueIndexEntry(old); b != nil {
+			if err := tx.Bucket(b).Delete(k); err != nil {
+				return err
+			}
+		}
 		if !sameCount {
 			w.addCount(old.Queue, old.State, -1)
 		}
 	}
 	if b, k := indexEntry(rec); b != nil {
+		if err := tx.Bucket(b).Put(k, nil); err != nil {
+			return err
+		}
+	}
+	if b, k := queueIndexEntry(rec); b != nil {
 		if err := tx.Bucket(b).Put(k, nil); err != nil {
 			return err
 		}
@@ -234,11 +244,26 @@ func indexEntry(r *jobRecord) (bucket, key []byte) {
 	return nil, nil
 }
 
+// queueIndexEntry returns the second index entry a record belongs in, if
+// any: a scheduled job is in idx_scheduled and, by queue, in
+// idx_scheduled_queue.
+func queueIndexEntry(r *jobRecord) (bucket, key []byte) {
+	if r.State == db.StateScheduled {
+		return bucketScheduledQueue, scheduledQueueKey(r)
+	}
+	return nil, nil
+}
+
 // deleteJob removes a job, its index entries, its count and its
 // idempotency key.
 func (w *writer) deleteJob(rec *jobRecord) error {
 	tx := w.tx
 	if b, k := indexEntry(rec); b != nil {
+		if err := tx.Bucket(b).Delete(k); err != nil {
+			return err
+		}
+	}
+	if b, k := queueIndexEntry(rec); b != nil {
 		if err := tx.Bucket(b).Delete(k); err != nil {
 			return err
 		}

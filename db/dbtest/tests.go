@@ -6,6 +6,8 @@ var tests = []test{
 	{"TheAuditChainVerifiesAfterAMixedWorkload", testTheAuditChainVerifiesAfterAMixedWorkload},
 	{"AnIncrementalVerificationWalksOnlyWhatWasAppended", testAnIncrementalVerificationWalksOnlyWhatWasAppended},
 	{"ArchivedAuditRecordsAreRemovedLeavingACheckpoint", testArchivedAuditRecordsAreRemovedLeavingACheckpoint},
+	// archive.go
+	{"AnArchiveIsOneSnapshotWhateverARemovalDoesMeanwhile", testAnArchiveIsOneSnapshotWhateverARemovalDoesMeanwhile},
 	// batch.go
 	{"CompleteJobsDecidesEachItemAsTheSingleCallWould", testCompleteJobsDecidesEachItemAsTheSingleCallWould},
 	{"HeartbeatAndFailJobsDecideEachItemAlone", testHeartbeatAndFailJobsDecideEachItemAlone},
@@ -53,10 +55,19 @@ var tests = []test{
 	{"ALongPollOnAPausedQueueWaitsForTheResume", testALongPollOnAPausedQueueWaitsForTheResume},
 	{"APauseOutlivesReopeningTheStore", testAPauseOutlivesReopeningTheStore},
 	{"PauseRefusalsChangeNothing", testPauseRefusalsChangeNothing},
+	// plans.go
+	{"TheSweepCutoffIsTheFinishTimeInclusive", testTheSweepCutoffIsTheFinishTimeInclusive},
+	{"ExpiredClaimsAreTakenBackInTheOrderTheyExpired", testExpiredClaimsAreTakenBackInTheOrderTheyExpired},
+	// promote.go
+	{"AClaimSeesItsQueuesDueJobWhateverOtherQueuesHold", testAClaimSeesItsQueuesDueJobWhateverOtherQueuesHold},
+	{"ALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold", testALongPollIsWokenForItsQueuesDueJobWhateverOtherQueuesHold},
 	// status.go
 	{"Store_ListDeadJobs_QueueByQueueNewestFirst", testStore_ListDeadJobs_QueueByQueueNewestFirst},
 	{"Store_ListClaimedAndScheduledJobs_InIndexOrder", testStore_ListClaimedAndScheduledJobs_InIndexOrder},
 	{"Store_AuditCountsAndSubjects", testStore_AuditCountsAndSubjects},
+	// stopwaiting.go
+	{"StopWaitingAnswersEveryWaitWithin100ms", testStopWaitingAnswersEveryWaitWithin100ms},
+	{"AJobHandedOffAsStopWaitingEndsTheWaitReachesItsClaim", testAJobHandedOffAsStopWaitingEndsTheWaitReachesItsClaim},
 	// wait.go
 	{"ClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob", testClaimWaitIsWokenByAnEnqueueAndOneWaiterTakesEachJob},
 	{"ClaimWaitEndsWhenItsContextIsCancelled", testClaimWaitEndsWhenItsContextIsCancelled},
@@ -65,4 +76,5 @@ var tests = []test{
 	{"CompleteAndClaimJobIsOneCommit", testCompleteAndClaimJobIsOneCommit},
 	{"SweepDeletesFinishedJobsPastRetentionOnly", testSweepDeletesFinishedJobsPastRetentionOnly},
 	{"AJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit", testAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit},
+	{"ALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs", testALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs},
 }

@@ -284,3 +284,34 @@ func testAJobEnqueuedForAWaitingClaimIsHandedOffInOneCommit(t *testing.T, newSto
 		t.Fatalf("CompleteJob with the handed-off token = %v", err)
 	}
 }
+
+// Issue 30 item 10: a long-poll is woken at its own queue's run_at by a
+// timer, even when its first look found another queue's due, not yet
+// promoted job (and so claimed, and promoted, but got nothing). Before the
+// fix the PostgreSQL engine then slept without a timer until its wait ran
+// out.
+func testALongPollWakesAtItsQueuesRunAtWhileAnotherQueueHasDueJobs(t *testing.T, newStore Factory) {
+	clk := newFakeClock()
+	s := newStore(t, testRules(clk))
+	mustEnqueue(t, s, db.EnqueueRequest{Queue: "other", Delay: time.Second})
+	job := mustEnqueue(t, s, db.EnqueueRequest{Queue: "q", Delay: 2 * time.Second})
+	clk.Advance(1500 * time.Millisecond) // other's job is due, and nobody claimed since
+	got := make(chan []db.Job, 1)
+	go func() {
+		jobs, err := s.ClaimJobs(context.Background(), db.ClaimRequest{Principal: "local", Worker: "w", Queues: []string{"q"}, Wait: 10 * time.Second})
+		if err != nil && !errors.Is(err, db.ErrClosed) {
+			t.Errorf("ClaimJobs() error = %v", err)
+		}
+		got <- jobs
+	}()
+	waitForWaiters(t, s, "q", 1)
+	clk.Advance(time.Second) // q's job is due: only the long-poll's timer can tell it
+	select {
+	case jobs := <-got:
+		if len(jobs) != 1 || jobs[0].ID != job.ID {
+			t.Fatalf("long-poll on q = %+v, want job %d at its run_at", jobs, job.ID)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the long-poll on q was not woken at its job's run_at")
+	}
+}

@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
-	"time"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -48,12 +46,8 @@ func (s *Store) auditRows(ctx context.Context, out *[]db.AuditRecord, sql string
 // ListAuditBySubject pages backwards through one subject's records, from
 // the subject index.
 func (s *Store) ListAuditBySubject(ctx context.Context, req db.AuditSubjectRequest) (db.AuditPage, error) {
-	var err error
-	if req.Limit, err = db.ListLimit(req.Limit); err != nil {
+	if err := req.Normalize(); err != nil {
 		return db.AuditPage{}, err
-	}
-	if req.Subject == "" {
-		return db.AuditPage{}, db.Errorf(db.CodeInvalid, "subject is required")
 	}
 	before := int64(1<<63 - 1)
 	if req.Before != 0 && req.Before < 1<<63-1 {
@@ -218,35 +212,21 @@ func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.
 			return err
 		}
 		cp = head.Checkpoint
-		through := req.Through
-		if through.Seq <= cp.Seq {
-			return nil // archived and removed before: a repeated call
-		}
-		if through.Seq > head.Seq {
-			return db.Errorf(db.CodeInvalid, "audit record %d does not exist (the head is %d)", through.Seq, head.Seq)
+		p, err := db.PlanAuditRemoval(req, cp, head.Seq)
+		if err != nil || p.Done() {
+			return err
 		}
 		var lastStored []byte
-		if err := w.tx.QueryRow(w.ctx, `SELECT link FROM fenceq_audit WHERE seq = $1`, int64(through.Seq)).Scan(&lastStored); err != nil {
+		if err := w.tx.QueryRow(w.ctx, `SELECT link FROM fenceq_audit WHERE seq = $1`, int64(req.Through.Seq)).Scan(&lastStored); err != nil {
 			return err
 		}
-		last, err := db.DecodeAuditLink(lastStored)
+		if err := p.CheckThrough(lastStored); err != nil {
+			return err
+		}
+		rows, err := w.tx.Query(w.ctx, `SELECT seq, link FROM fenceq_audit WHERE seq > $1 AND seq <= $2 ORDER BY seq`, int64(p.After()), int64(p.End()))
 		if err != nil {
 			return err
 		}
-		if !bytes.Equal(last.Hash, through.Hash) {
-			return db.Errorf(db.CodeConflict, "audit record %d does not have the hash the archive holds", through.Seq)
-		}
-		end := min(through.Seq, cp.Seq+uint64(req.Limit))
-		rows, err := w.tx.Query(w.ctx, `SELECT seq, link FROM fenceq_audit WHERE seq > $1 AND seq <= $2 ORDER BY seq`, int64(cp.Seq), int64(end))
-		if err != nil {
-			return err
-		}
-		var v db.ChainVerifier
-		v.Start(cp.Mark())
-		cut := req.Before.UnixNano()
-		var first, lastSeq uint64
-		var lastHash []byte
-		var lastTime int64
 		for rows.Next() {
 			var seq int64
 			var val []byte
@@ -254,43 +234,91 @@ func (s *Store) RemoveAudit(ctx context.Context, req db.RemoveAuditRequest) (db.
 				rows.Close()
 				return err
 			}
-			if !v.Add(uint64(seq), val) {
-				rows.Close()
-				rep := v.ReportSoFar(0, nil)
-				return db.Errorf(db.CodeConflict, "the audit chain does not verify (%s): nothing is removed; run fenceq audit verify", rep.Reason)
-			}
-			l, err := db.DecodeAuditLink(val)
-			if err != nil {
+			if err := p.Add(uint64(seq), val); err != nil {
 				rows.Close()
 				return err
 			}
-			if req.Before.IsZero() || l.Time >= cut {
-				rows.Close()
-				return db.Errorf(db.CodeConflict, "audit record %d (%s) is not older than the cut %s", l.Seq,
-					db.FromUnixNano(l.Time).Format(time.RFC3339Nano), req.Before.UTC().Format(time.RFC3339Nano))
-			}
-			if first == 0 {
-				first = l.Seq
-			}
-			lastSeq, lastHash, lastTime = l.Seq, l.Hash, l.Time
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if lastSeq != end {
-			return db.Errorf(db.CodeConflict, "audit record %d is missing: nothing is removed; run fenceq audit verify", end)
+		if err := p.Finish(); err != nil {
+			return err
 		}
-		if _, err := w.tx.Exec(w.ctx, `DELETE FROM fenceq_audit WHERE seq > $1 AND seq <= $2`, int64(cp.Seq), int64(end)); err != nil {
+		last := p.Last()
+		if _, err := w.tx.Exec(w.ctx, `DELETE FROM fenceq_audit WHERE seq > $1 AND seq <= $2`, int64(p.After()), int64(last.Seq)); err != nil {
 			return err
 		}
 		if _, err := w.tx.Exec(w.ctx, `UPDATE fenceq_audit_head SET cp_seq = $1, cp_hash = $2, cp_time = $3, cp_archived_at = $4 WHERE id = 1`,
-			int64(end), lastHash, lastTime, w.now.UnixNano()); err != nil {
+			int64(last.Seq), last.Hash, last.Time, w.now.UnixNano()); err != nil {
 			return err
 		}
-		cp = db.AuditCheckpoint{Seq: end, Hash: hex.EncodeToString(lastHash), Time: db.FromUnixNano(lastTime), ArchivedAt: db.FromUnixNano(w.now.UnixNano())}
-		w.audit(db.RemoveAuditEvent(req.Principal, first, end, lastHash))
+		cp = p.Checkpoint(w.now)
+		w.audit(p.Event())
 		return nil
 	})
 	return cp, err
+}
+
+// ArchiveAudit reads the checkpoint and the records to archive in one
+// snapshot (a repeatable-read transaction), a page at a time (see
+// db.Store): a removal committed meanwhile does not touch what it reads.
+func (s *Store) ArchiveAudit(ctx context.Context, req db.ArchiveAuditRequest, start func(db.AuditCheckpoint) error, add func(db.AuditRecord) error) error {
+	var fault error // an error of start or add, returned as it is
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		head, err := readHead(ctx, tx, false)
+		if err != nil {
+			return err
+		}
+		if fault = start(head.Checkpoint); fault != nil {
+			return fault
+		}
+		after, n := head.Checkpoint.Seq, uint64(0)
+		for {
+			page, err := auditPage(ctx, tx, after, db.MaxListLimit)
+			if err != nil {
+				return err
+			}
+			for _, r := range page {
+				if !req.Archives(r, n) {
+					return nil
+				}
+				if fault = add(r); fault != nil {
+					return fault
+				}
+				after, n = r.Seq, n+1
+			}
+			if len(page) < db.MaxListLimit {
+				return nil
+			}
+		}
+	})
+	if fault != nil {
+		return fault
+	}
+	return s.readError(err)
+}
+
+// auditPage reads up to limit links after seq in tx.
+func auditPage(ctx context.Context, tx pgx.Tx, after uint64, limit int) ([]db.AuditRecord, error) {
+	rows, err := tx.Query(ctx, `SELECT seq, link FROM fenceq_audit WHERE seq > $1 ORDER BY seq LIMIT $2`, int64(after), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []db.AuditRecord
+	for rows.Next() {
+		var seq int64
+		var v []byte
+		if err := rows.Scan(&seq, &v); err != nil {
+			return nil, err
+		}
+		l, err := db.DecodeAuditLink(v)
+		if err != nil {
+			return nil, fmt.Errorf("audit record %d: %w", seq, err)
+		}
+		out = append(out, l.Record())
+	}
+	return out, rows.Err()
 }

@@ -2,9 +2,9 @@ package postgres
 
 import (
 	"context"
-	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -37,28 +37,21 @@ func (s *Store) claimBatch(ctx context.Context, req db.ClaimRequest) ([]db.Job, 
 	return jobs, err
 }
 
-// claimNow claims what is eligible now. When nothing is, it returns the
-// earliest time something of req.Queues becomes claimable by time (0:
-// nothing will without another request).
-func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, dueAt, error) {
+// claimNow claims what is eligible now. When it claims nothing, it returns
+// the earliest time something of req.Queues becomes claimable by time, by
+// the rules' clock (the database's; 0: nothing will without another
+// request).
+func (s *Store) claimNow(ctx context.Context, req db.ClaimRequest) ([]db.Job, wait.Due, error) {
 	// The claim first (claimBatch); the look at due times only when it
-	// found nothing.
+	// found nothing (another replica took the job first, or nothing was
+	// there): the claim then sleeps until its own queues' next due time.
 	jobs, err := s.claimBatch(ctx, req)
 	if err != nil || len(jobs) > 0 {
-		return jobs, dueAt{}, err
+		return jobs, wait.Due{}, err
 	}
-	found, next, now, err := s.claimable(ctx, req.Queues)
-	if found {
-		// Claimable, but not by this batch (rows another transaction
-		// held): look again soon.
-		next = now + 1
-	}
-	return nil, dueAt{at: next, now: now}, err
+	_, next, now, err := s.claimable(ctx, req.Queues)
+	return nil, wait.Due{At: next, Now: now}, err
 }
-
-// dueAt is when something becomes claimable by time (at, 0 for never) and
-// the time it was read at, both by the rules' clock (the database's).
-type dueAt struct{ at, now int64 }
 
 // claimable reports, in one read, whether a claim on queues could find
 // anything now by the database's clock (or has due jobs of any queue to
@@ -201,16 +194,33 @@ func queueHead(w *writer, q string, want int, heldReady, heldExpired map[string]
 	}
 }
 
-// promoteLimit bounds how many due scheduled jobs one claim promotes.
-const promoteLimit = 1000
-
-// promoteSQL makes up to $2 scheduled jobs whose run_at has come ($1, or
-// when NULL the batch's time kept by beginBatch) available, oldest first, and returns their queues. Rows another
-// transaction holds are skipped, and so are those of ids $3 (rows the
-// batch holds: they change in its view).
-const promoteSQL = `UPDATE fenceq_jobs SET state = 'available' WHERE id IN (
-	SELECT id FROM fenceq_jobs WHERE state = 'scheduled' AND run_at <= coalesce($1::bigint, ` + batchNow + `) AND id <> ALL($3) ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
+// promoteSQL executes a db.Promotion: it makes available the scheduled
+// jobs of the queues $3 whose run_at has come ($1, or when NULL the
+// batch's time kept by beginBatch), up to $2 of them oldest first across
+// the queues, then up to $4 due jobs of any queue, oldest first, and
+// returns their ids and queues. Rows another transaction holds are
+// skipped, and so are ids $5 (rows the batch holds: they change in its
+// view).
+const promoteSQL = `WITH due AS (SELECT coalesce($1::bigint, ` + batchNow + `) AS ns),
+	mine AS (
+	  SELECT s.id FROM unnest($3::text[]) AS q(name), due, LATERAL (
+	    SELECT id, run_at FROM fenceq_jobs WHERE state = 'scheduled' AND queue = q.name AND run_at <= due.ns AND id <> ALL($5)
+	    ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) AS s
+	  ORDER BY s.run_at, s.id LIMIT $2),
+	anyq AS (
+	  SELECT id FROM fenceq_jobs, due WHERE state = 'scheduled' AND run_at <= due.ns AND id <> ALL($5) AND id NOT IN (SELECT id FROM mine)
+	  ORDER BY run_at, id LIMIT $4 FOR UPDATE SKIP LOCKED)
+	UPDATE fenceq_jobs SET state = 'available' WHERE id IN (SELECT id FROM mine UNION ALL SELECT id FROM anyq)
 	RETURNING id, queue`
+
+// promoteArgs are promoteSQL's arguments for p, leaving out held; a nil
+// dueBy is the batch's time kept by beginBatch.
+func promoteArgs(p db.Promotion, dueBy any, held []int64) []any {
+	if held == nil {
+		held = []int64{}
+	}
+	return []any{dueBy, p.QueueLimit, p.Queues, p.SweepLimit, held}
+}
 
 // candidatesSQL locks, per queue of $1 that is not paused, up to $2 (an
 // array: one limit per queue) of its available jobs in claim order and up
@@ -246,26 +256,24 @@ func candidateArgs(queues []string, limits map[string]int, now any, held []int64
 }
 
 // fetchCandidates fetches, in one round trip, the candidates of queues
-// (candidatesSQL, limits per queue) into the batch's pool; when the batch
-// has not yet promoted the due scheduled jobs of every queue, it does so
-// first, in the same round trip. Rows the batch holds or fetched before
+// (candidatesSQL, limits per queue) into the batch's pool, after promoting
+// the due scheduled jobs of those queues (and of every queue, the batch's
+// first time) in the same round trip. Rows the batch holds or fetched before
 // are left out. Rows fetched but not claimed stay locked until the
 // commit; others skip them meanwhile.
 func fetchCandidates(w *writer, queues []string, limits map[string]int) error {
 	v := w.v
 	held := v.heldIDs()
 	b := &pgx.Batch{}
-	promote := !v.promoted
-	if promote {
-		b.Queue(promoteSQL, w.now.UnixNano(), promoteLimit, held)
-	}
+	// The claim promotes the due scheduled jobs of the queues it fetches,
+	// and the batch's first promotion those of every queue
+	// (db.PlanPromotion), in the same round trip.
+	b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(queues, w.now, !v.promoted), w.now.UnixNano(), held)...)
 	b.Queue(candidatesSQL, candidateArgs(queues, limits, w.now.UnixNano(), held)...)
 	br := w.tx.SendBatch(w.ctx, b)
 	defer br.Close()
-	if promote {
-		if err := readPromoted(v, br); err != nil {
-			return err
-		}
+	if err := readPromoted(v, br); err != nil {
+		return err
 	}
 	recs, err := scanJobs(br.Query())
 	if err != nil {
@@ -301,62 +309,12 @@ func readPromoted(v *batchView, br pgx.BatchResults) error {
 }
 
 // claimWaiting claims like ClaimJobs, long-polling up to req.Wait (real
-// time) when nothing is claimable: woken by NOTIFY from any replica when a
-// job of its queues became available (or will, at a time it did not know),
-// and by a timer at the earliest run_at or lease expiry of its queues. It
-// registers before each attempt, so that a job committed between the
-// attempt and the wait still wakes it.
+// time) when nothing is claimable (package wait): woken by a hand-off, by
+// NOTIFY from any replica when jobs of its queues became available (or
+// will, at a time it did not know), and by a timer at the earliest run_at
+// or lease expiry of its queues.
 func (s *Store) claimWaiting(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	for {
-		w := s.waiters.register(req)
-		jobs, next, err := s.claimNow(ctx, req)
-		if err != nil || len(jobs) > 0 {
-			if job := s.waiters.release(w); job != nil {
-				jobs = append(jobs, *job) // handed off while this claim ran
-			}
-			return jobs, err
-		}
-		s.waiters.sleep(w, next.at)
-		var timer <-chan time.Time
-		var t *time.Timer
-		if next.at != 0 {
-			t = time.NewTimer(max(time.Duration(next.at-next.now), minTimerWait))
-			timer = t.C
-		}
-		var stop error
-		done := false
-		select {
-		case <-w.ch:
-			if taken, _, _ := s.waiters.outcome(w); !taken {
-				break // a notification: look again
-			}
-			job := s.waiters.release(w)
-			if job != nil {
-				jobs, done = []db.Job{*job}, true
-			}
-		case <-timer:
-		case <-deadline.C:
-			done = true
-		case <-ctx.Done():
-			stop, done = ctx.Err(), true
-		case <-s.closing:
-			stop, done = db.ErrClosed, true
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if job := s.waiters.release(w); job != nil && len(jobs) == 0 {
-			return []db.Job{*job}, nil
-		}
-		if done {
-			return jobs, stop
-		}
-	}
+	return s.waits.Claim(ctx, req, func(ctx context.Context) ([]db.Job, wait.Due, error) {
+		return s.claimNow(ctx, req)
+	})
 }
-
-// minTimerWait bounds how often a waiter looks again when a due time has
-// passed but its claim found nothing (a test clock that does not move, or
-// a job another replica took).
-const minTimerWait = 5 * time.Millisecond

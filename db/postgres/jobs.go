@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -116,15 +117,15 @@ func moved(w *writer, old, rec *db.JobRecord) error {
 	}
 	switch {
 	case rec.State == db.StateAvailable && (old == nil || old.State != db.StateAvailable):
-		if w.s.WaitingClaims(rec.Queue) > 0 {
+		if w.s.waits.Sleeping(rec.Queue) > 0 {
 			if paused, err := isPaused(w, rec.Queue); err != nil || paused {
 				return err // a paused queue's job waits for the resume
 			}
-			if wt := w.s.waiters.take(rec.Queue); wt != nil {
+			if wt := w.s.waits.Take(rec.Queue); wt != nil {
 				return handOff(w, rec, wt)
 			}
 		}
-		w.notify = append(w.notify, notifyAvailable(rec.Queue))
+		w.notify = append(w.notify, notifyOneAvailable(rec.Queue))
 	case rec.State == db.StateScheduled:
 		w.notify = append(w.notify, notifyLater(rec.Queue, rec.RunAt))
 	case rec.State == db.StateClaimed:
@@ -465,19 +466,17 @@ func (s *Store) Stats(ctx context.Context) ([]db.QueueStats, error) {
 // SweepOnce deletes up to limit completed or cancelled jobs finished at or
 // before now minus retention, in one transaction.
 func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit int) (int, error) {
-	if retention < 0 {
-		return 0, db.Errorf(db.CodeInvalid, "retention must not be negative")
-	}
-	if limit <= 0 {
-		limit = db.DefaultSweepBatch
+	if err := db.CheckSweepArgs(retention); err != nil {
+		return 0, err
 	}
 	var deleted int
 	err := s.update(ctx, func(w *writer) error {
 		deleted = 0
-		cutoff := w.now.Add(-retention).UnixNano()
-		rows, err := w.tx.Query(w.ctx, `DELETE FROM fenceq_jobs WHERE id IN (
-			SELECT id FROM fenceq_jobs WHERE state IN ('completed', 'cancelled') AND updated_at <= $1 AND id <> ALL($3)
-			ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id, queue, state`, cutoff, limit, w.v.heldIDs())
+		plan, err := db.PlanSweep(retention, limit, w.now)
+		if err != nil {
+			return err
+		}
+		rows, err := w.tx.Query(w.ctx, sweepSQL, plan.FinishedBy, plan.Limit, w.v.heldIDs())
 		if err != nil {
 			return err
 		}
@@ -501,10 +500,27 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 		}
 		slices.Sort(ids)
 		deleted = len(ids)
-		w.audit(db.SweepEvent(ids, retention))
+		w.audit(plan.Event(ids))
 		return nil
 	})
 	return deleted, err
+}
+
+// sweepSQL executes a db.Sweep: it deletes up to $2 jobs in db.SweptStates
+// whose updated_at is at or before $1, oldest first, but the rows $3 the
+// batch holds (they may change in its view). The states are literals, so
+// that the partial index fenceq_jobs_finished serves it.
+var sweepSQL = `DELETE FROM fenceq_jobs WHERE id IN (
+	SELECT id FROM fenceq_jobs WHERE state IN (` + sqlStates(db.SweptStates) + `) AND updated_at <= $1 AND id <> ALL($3)
+	ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id, queue, state`
+
+// sqlStates lists states as SQL literals.
+func sqlStates(states []db.State) string {
+	out := make([]string, len(states))
+	for i, st := range states {
+		out[i] = "'" + string(st) + "'"
+	}
+	return strings.Join(out, ", ")
 }
 
 // sweepLock is the advisory lock a replica holds while it sweeps.
@@ -527,14 +543,7 @@ func (s *Store) Sweep(ctx context.Context, retention time.Duration) (int, error)
 		return 0, nil
 	}
 	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock($1)`, int64(sweepLock))
-	total := 0
-	for {
-		n, err := s.SweepOnce(ctx, retention, db.DefaultSweepBatch)
-		total += n
-		if err != nil || n < db.DefaultSweepBatch {
-			return total, err
-		}
-	}
+	return db.SweepPasses(ctx, retention, s.SweepOnce)
 }
 
 // Check compares the sharded counters with the jobs they count, and the

@@ -9,10 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// minExpiryWait bounds how often a waiting acquire looks again when the
-// holder's lease is about to end.
-const minExpiryWait = 10 * time.Millisecond
-
 func getLease(ctx context.Context, q querier, name string, lock bool) (*db.LeaseRecord, error) {
 	sql := `SELECT holder, token, expires_at, acquired_at, updated_at FROM fenceq_leases WHERE name = $1`
 	if lock {
@@ -50,37 +46,13 @@ func (s *Store) AcquireLease(ctx context.Context, req db.AcquireLeaseRequest) (d
 	if err != nil {
 		return db.Lease{}, err
 	}
-	if req.Wait == 0 {
-		l, _, err := s.acquireLease(ctx, req, holder, ttl)
-		return l, err
-	}
-	deadline := time.NewTimer(req.Wait)
-	defer deadline.Stop()
-	for {
-		changed, unsubscribe := s.nameWaiters.Subscribe(req.Name)
+	return s.waits.Acquire(ctx, req.Name, req.Wait, func(ctx context.Context) (db.Lease, bool, time.Duration, error) {
 		got, cur, err := s.acquireLease(ctx, req, holder, ttl)
-		if err == nil || cur == nil {
-			unsubscribe()
-			return got, err
+		if err != nil && cur != nil {
+			return got, true, time.Duration(cur.rec.ExpiresAt - cur.now), err
 		}
-		expiry := time.NewTimer(max(time.Duration(cur.rec.ExpiresAt-cur.now), minExpiryWait))
-		var stop error
-		select {
-		case <-changed:
-		case <-expiry.C:
-		case <-deadline.C:
-			stop = err
-		case <-ctx.Done():
-			stop = ctx.Err()
-		case <-s.closing:
-			stop = db.ErrClosed
-		}
-		expiry.Stop()
-		unsubscribe()
-		if stop != nil {
-			return db.Lease{}, stop
-		}
-	}
+		return got, false, 0, err
+	})
 }
 
 // heldBy is a lease another holds, as an acquire found it.

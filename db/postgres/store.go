@@ -35,7 +35,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/internal/namewait"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -110,8 +110,8 @@ type Store struct {
 	headHeld    atomic.Int64
 	headBatches atomic.Uint64
 
-	waiters     waiters
-	nameWaiters namewait.Waiters
+	waits   *wait.Waiters       // long-polling claims and acquires waiting for a named lease
+	counted map[countedKey]bool // listener goroutine only (dispatch)
 }
 
 // IsURL reports whether dsn names a PostgreSQL database (a postgres:// or
@@ -166,8 +166,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, opts: opts, testClock: testClock, shard: int16(rand.IntN(countShards)), channel: channel,
 		writes: make(chan *writeOp), closing: make(chan struct{}), committed: make(chan struct{}),
-		listened: make(chan struct{}), listening: make(chan struct{})}
-	s.waiters.byQueue = map[string][]*waiter{}
+		listened: make(chan struct{}), listening: make(chan struct{}), waits: wait.New(), counted: map[countedKey]bool{}}
 	go s.commitLoop()
 	go s.listen(cfg.ConnConfig)
 	// Serve only once other replicas' notifications reach this one.
@@ -284,11 +283,19 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // db.ErrClosed and closes the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closing); s.closed.Store(true) })
+	s.waits.Close()
 	<-s.committed
 	<-s.listened
 	s.pool.Close()
 	return nil
 }
+
+// StopWaiting ends every wait of this replica, now and later, for a
+// graceful shutdown: a long-polling claim returns at once with what it has
+// (a job already handed off to it, else none), and a waiting AcquireLease
+// returns its lease-held refusal, as when their waits run out. Everything
+// else goes on until Close.
+func (s *Store) StopWaiting() { s.waits.Stop() }
 
 // CommitStats reports how many transactions that wrote the store
 // committed and how many mutations they carried. A batch that wrote
@@ -724,7 +731,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 				if _, ok := limits[q]; !ok {
 					claimQueues = append(claimQueues, q)
 				}
-				limits[q] = min(limits[q]+c.Max, promoteLimit)
+				limits[q] = min(limits[q]+c.Max, db.MaxClaimBatch)
 			}
 		}
 	}
@@ -759,7 +766,7 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	}
 	b.Queue(`SELECT queue FROM fenceq_paused`)
 	if len(claimQueues) > 0 {
-		b.Queue(promoteSQL, nil, promoteLimit, []int64{})
+		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(claimQueues, time.Time{}, true), nil, nil)...)
 		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
 	}
 	tx.tripOf(b.Len())
@@ -1034,50 +1041,47 @@ func (s *Store) queueChain(b *pgx.Batch, w *writer, head auditHead) error {
 		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
 	}
 	if len(w.notify) > 0 {
-		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, onePerQueue(w.notify), s.channel)
+		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, notifyPayloads(earliestLater(w.notify)), s.channel)
 	}
 	return nil
 }
 
-// onePerQueue keeps at most one of notifications per queue, in the
-// payloads every build reads (wait.go): "a q" where a job of q became
-// available (its waiters look again, and read the next due time then),
-// else the earliest "l ns q".
-func onePerQueue(notify []string) []string {
+// earliestLater keeps, of the notes "l <ns> <queue>" (a job of queue
+// becomes claimable at ns), the earliest per queue, and none for a queue
+// that has a job available now (its waiters look again, and read the next
+// due time then); other notes pass (notifyPayloads turns them into
+// payloads).
+func earliestLater(notes []string) []string {
 	type later struct {
 		ns  int64
 		msg string
 	}
 	avail := map[string]bool{}
 	first := map[string]later{}
-	var out []string
-	for _, n := range notify {
+	out := make([]string, 0, len(notes))
+	for _, n := range notes {
 		kind, rest, _ := strings.Cut(n, " ")
-		switch kind {
-		case "a":
-			avail[rest] = true
-		case "l":
-			nsText, q, _ := strings.Cut(rest, " ")
-			ns, err := strconv.ParseInt(nsText, 10, 64)
-			if err != nil {
-				out = append(out, n)
-				continue
+		if kind != "l" {
+			if kind == "a" || kind == "1" {
+				avail[rest] = true
 			}
-			if f, ok := first[q]; !ok || ns < f.ns {
-				first[q] = later{ns, n}
-			}
-		default:
 			out = append(out, n)
+			continue
 		}
-	}
-	for q := range avail {
-		out = append(out, notifyAvailable(q))
+		nsText, q, _ := strings.Cut(rest, " ")
+		ns, err := strconv.ParseInt(nsText, 10, 64)
+		if err != nil {
+			out = append(out, n)
+			continue
+		}
+		if f, ok := first[q]; !ok || ns < f.ns {
+			first[q] = later{ns, n}
+		}
 	}
 	for q, f := range first {
 		if !avail[q] {
 			out = append(out, f.msg)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }

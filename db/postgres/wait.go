@@ -2,12 +2,13 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/db/wait"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -15,11 +16,24 @@ import (
 // "fenceq" in the public schema). A batch sends, on commit, one
 // notification per queue and kind:
 //
-//	"a <queue>"        a job of queue became available
+//	"+ <n> <queue>"    n jobs of queue became available
+//	"a <queue>"        jobs of queue became available: every claim looks
 //	"l <ns> <queue>"   a job of queue becomes claimable at ns (run_at, lease end)
 //	"r <name>"         the named lease was released
+//
+// "+" wakes as many claims as jobs became available. It is always followed,
+// in the same transaction, by "a" for the same queue, which a build before
+// "+" reads (it wakes every claim) and this build skips after a "+" of the
+// same sender; an "a" alone (a resume, an older build) wakes every claim.
+// A transaction's notifications reach a listener together and in the order
+// sent (PostgreSQL queues them under one lock at commit).
 
+// notifyAvailable: every claim of queue looks again (a resume).
 func notifyAvailable(queue string) string { return "a " + queue }
+
+// notifyOneAvailable notes one job of queue that became available; the
+// batch sends them counted (notifyPayloads).
+func notifyOneAvailable(queue string) string { return "1 " + queue }
 
 func notifyLater(queue string, ns int64) string {
 	return "l " + strconv.FormatInt(ns, 10) + " " + queue
@@ -27,133 +41,43 @@ func notifyLater(queue string, ns int64) string {
 
 func notifyReleased(name string) string { return "r " + name }
 
-// waiter is one long-polling claim of this replica. ch receives a wake-up
-// (a notification, a hand-off); the waiter then looks at its fields.
-type waiter struct {
-	queues []string
-	req    db.ClaimRequest // normalized; a job handed off is claimed with it
-	ch     chan struct{}
-	// Under waiters.mu:
-	next      int64   // the due time it sleeps until (rules' clock), 0 for none
-	sleeping  bool    // its own claim found nothing: it may be handed a job
-	taken     bool    // a transaction is handing it a job
-	delivered bool    // that transaction ended: job is the job, or nil
-	job       *db.Job // handed off
-}
-
-// waiters are the long-polling claims of this replica, FIFO per queue.
-type waiters struct {
-	mu      sync.Mutex
-	byQueue map[string][]*waiter
-}
-
-func (ws *waiters) register(req db.ClaimRequest) *waiter {
-	w := &waiter{queues: req.Queues, req: req, ch: make(chan struct{}, 1)}
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, q := range w.queues {
-		ws.byQueue[q] = append(ws.byQueue[q], w)
-	}
-	return w
-}
-
-// sleep marks w as waiting until ns (0: no due time): from now on it may
-// be handed a job.
-func (ws *waiters) sleep(w *waiter, ns int64) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	w.sleeping, w.next = true, ns
-}
-
-func (ws *waiters) unregister(w *waiter) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	ws.removeLocked(w)
-}
-
-func (ws *waiters) removeLocked(w *waiter) {
-	for _, q := range w.queues {
-		list := ws.byQueue[q]
-		for i, x := range list {
-			if x == w {
-				list = append(list[:i:i], list[i+1:]...)
-				break
-			}
+// notifyPayloads turns a batch's notes into the payloads it sends, sorted
+// (every "+" before its "a") and without repeats: per queue, the jobs that
+// became available as one "+ <n>" and an "a" for older builds; a queue
+// that also has a plain "a" (resumed) gets only that.
+func notifyPayloads(notes []string) []string {
+	counts := map[string]int{}
+	out := make([]string, 0, len(notes))
+	for _, n := range notes {
+		if q, ok := strings.CutPrefix(n, "1 "); ok {
+			counts[q]++
+			continue
 		}
-		if len(list) == 0 {
-			delete(ws.byQueue, q)
-		} else {
-			ws.byQueue[q] = list
+		out = append(out, n)
+	}
+	for q, n := range counts {
+		if !slices.Contains(out, notifyAvailable(q)) {
+			out = append(out, "+ "+strconv.Itoa(n)+" "+q, notifyAvailable(q))
 		}
 	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
-func wake(w *waiter) {
-	select {
-	case w.ch <- struct{}{}:
-	default:
-	}
-}
-
-// take removes and returns the oldest sleeping waiter of queue, or nil: a
-// transaction that made a job of queue available claims it for that
-// waiter (handOff).
-func (ws *waiters) take(queue string) *waiter {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, w := range ws.byQueue[queue] {
-		if w.sleeping && !w.taken {
-			ws.removeLocked(w)
-			w.taken = true
-			return w
-		}
-	}
-	return nil
-}
-
-// deliver answers a taken waiter: the job handed off, or nil when the
-// transaction did not commit (it claims again).
-func (ws *waiters) deliver(w *waiter, job *db.Job) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	w.job, w.delivered = job, true
-	wake(w)
-}
-
-// outcome reports, after a wake-up, whether w was taken and its hand-off
-// has ended (done), with the job.
-func (ws *waiters) outcome(w *waiter) (taken, done bool, job *db.Job) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	return w.taken, w.delivered, w.job
-}
-
-// release unregisters w and returns a job handed off to it, waiting for a
-// hand-off in progress (one commit at most) to end.
-func (ws *waiters) release(w *waiter) *db.Job {
-	ws.mu.Lock()
-	ws.removeLocked(w)
-	w.sleeping = false
-	taken := w.taken
-	ws.mu.Unlock()
-	if !taken {
-		return nil
-	}
-	for {
-		if _, done, job := ws.outcome(w); done {
-			return job
-		}
-		<-w.ch
-	}
+// countedKey is a queue whose "+" a sender (its backend's pid) sent last:
+// its "a" that follows is skipped.
+type countedKey struct {
+	pid   uint32
+	queue string
 }
 
 // handOff claims rec, just made available, for the waiting claim wt in w's
 // transaction: enqueue→claim costs one commit. The claim is audited after
 // the change that made rec available (callers audit first). rec becomes
 // the claimed job, which the caller answers with.
-func handOff(w *writer, rec *db.JobRecord, wt *waiter) error {
-	w.onAbort = append(w.onAbort, func() { w.s.waiters.deliver(wt, nil) })
-	next, ev, err := db.Claim(rec, wt.req, w.now)
+func handOff(w *writer, rec *db.JobRecord, wt *wait.Claim) error {
+	w.onAbort = append(w.onAbort, func() { w.s.waits.Deliver(wt, nil) })
+	next, ev, err := db.Claim(rec, wt.Request(), w.now)
 	if err != nil {
 		return err
 	}
@@ -163,44 +87,9 @@ func handOff(w *writer, rec *db.JobRecord, wt *waiter) error {
 	}
 	w.claimed = append(w.claimed, next.Queue)
 	job := next.Job()
-	w.after = append(w.after, func() { w.s.waiters.deliver(wt, &job) })
+	w.after = append(w.after, func() { w.s.waits.Deliver(wt, &job) })
 	*rec = next
 	return nil
-}
-
-// available wakes the waiters of queue: they try to claim, and those that
-// find nothing wait again.
-func (ws *waiters) available(queue string) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, w := range ws.byQueue[queue] {
-		wake(w)
-	}
-}
-
-// later wakes the waiters of queue that sleep past ns, so they set their
-// timers to it.
-func (ws *waiters) later(queue string, ns int64) {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, w := range ws.byQueue[queue] {
-		if w.next == 0 || ns < w.next {
-			w.next = ns
-			wake(w)
-		}
-	}
-}
-
-// all wakes every waiter: after the listener lost its connection, when a
-// notification may have been missed.
-func (ws *waiters) all() {
-	ws.mu.Lock()
-	defer ws.mu.Unlock()
-	for _, list := range ws.byQueue {
-		for _, w := range list {
-			wake(w)
-		}
-	}
 }
 
 // listen holds a connection that LISTENs for the notifications of every
@@ -228,15 +117,15 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 			} else {
 				// Notifications sent while it was away are lost: everyone
 				// looks again.
-				s.waiters.all()
-				s.nameWaiters.WakeAll()
+				clear(s.counted)
+				s.waits.WakeAll()
 			}
 			for {
 				n, err := conn.WaitForNotification(ctx)
 				if err != nil {
 					break
 				}
-				s.dispatch(n.Payload)
+				s.dispatch(n.PID, n.Payload)
 			}
 		}
 		if conn != nil {
@@ -250,37 +139,43 @@ func (s *Store) listen(cfg *pgx.ConnConfig) {
 	}
 }
 
-func (s *Store) dispatch(payload string) {
+// dispatch wakes the waiters a notification concerns. It runs on the
+// listener's goroutine only.
+func (s *Store) dispatch(pid uint32, payload string) {
 	kind, rest, _ := strings.Cut(payload, " ")
 	switch kind {
+	case "+":
+		count, queue, _ := strings.Cut(rest, " ")
+		n, err := strconv.Atoi(count)
+		if err != nil || n <= 0 {
+			s.waits.SignalAll(queue)
+			return
+		}
+		if len(s.counted) > 4096 {
+			clear(s.counted) // an "a" never came: forget rather than grow
+		}
+		s.counted[countedKey{pid, queue}] = true
+		s.waits.Signal(queue, n)
 	case "a":
-		s.waiters.available(rest)
+		if k := (countedKey{pid, rest}); s.counted[k] {
+			delete(s.counted, k) // counted by the "+" before it
+			return
+		}
+		s.waits.SignalAll(rest)
 	case "l":
 		ns, queue, _ := strings.Cut(rest, " ")
 		if t, err := strconv.ParseInt(ns, 10, 64); err == nil {
-			s.waiters.later(queue, t)
+			s.waits.Later(queue, t)
 		}
 	case "r":
-		s.nameWaiters.Wake(rest)
+		s.waits.WakeName(rest)
 	}
 }
 
 // WaitingClaims is the number of this replica's claims long-polling queue
 // that found nothing and sleep.
-func (s *Store) WaitingClaims(queue string) int {
-	s.waiters.mu.Lock()
-	defer s.waiters.mu.Unlock()
-	n := 0
-	for _, w := range s.waiters.byQueue[queue] {
-		if w.sleeping {
-			n++
-		}
-	}
-	return n
-}
+func (s *Store) WaitingClaims(queue string) int { return s.waits.Sleeping(queue) }
 
 // WaitingAcquires is the number of this replica's acquires waiting for
 // the named lease.
-func (s *Store) WaitingAcquires(name string) int {
-	return s.nameWaiters.Count(name)
-}
+func (s *Store) WaitingAcquires(name string) int { return s.waits.Acquiring(name) }

@@ -54,7 +54,7 @@ type config struct {
 	JSON         bool          `json:"-"`
 }
 
-const benchUsage = `fenceq bench drives a running fenceq server over HTTP and reports what it measured.
+const benchUsage = `Drive a running fenceq server over HTTP and report what it measured.
 
 Throughput mode (the default): P producers enqueue N jobs, then W workers
 claim and complete them until all N are done. Each phase reports jobs/s,
@@ -73,19 +73,13 @@ each with --concurrency handlers; it claims for its free handlers, batches
 completions (claiming replacements in the same transaction) and heartbeats.
 
 Run it against a queue of its own (--queue): jobs already waiting there are
-claimed and completed too.
-
-Flags:
-`
+claimed and completed too.`
 
 // Command runs "fenceq bench [flags]"; a flag mistake is a cli.UsageError.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := config{}
 	fs := cli.NewFlagSet("fenceq bench", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
-	}
+	cli.SetUsage(fs, stdout, "fenceq bench [flags]", benchUsage)
 	fs.StringVar(&cfg.Server, "server", "http://127.0.0.1:7420", "base URL of the fenceq server")
 	fs.StringVar(&cfg.Token, "token", "", "bearer token (a principal with the producer and worker roles); empty: none")
 	fs.IntVar(&cfg.Jobs, "jobs", 10000, "jobs to enqueue and drain (throughput mode)")

@@ -35,8 +35,8 @@ func TestBenchCommandRefusesBadFlags(t *testing.T) {
 	if err := Command(context.Background(), []string{"--help"}, &stdout, &stderr); cli.ExitCode(err) != 0 {
 		t.Errorf("bench --help exit code = %d, want 0", cli.ExitCode(err))
 	}
-	if !strings.Contains(stderr.String(), "-claim-next") {
-		t.Errorf("bench --help does not list -claim-next:\n%s", stderr.String())
+	if !strings.Contains(stdout.String(), "-claim-next") || stderr.Len() != 0 {
+		t.Errorf("bench --help does not list -claim-next on stdout:\n%s\nstderr: %s", stdout.String(), stderr.String())
 	}
 }
 

@@ -1,7 +1,7 @@
 package cli
 
 // The client commands: enqueue, get, list, cancel, retry, stats, lease,
-// queue (queue.go), audit verify and backup. Each is one call[T] (below): flags, then the
+// queue (queue.go), audit verify, backup and job check. Each is one call[T] (below): flags, then the
 // client, then a bounded call, then the result printed for people or, with
 // --json, the server's JSON for scripts. The server and token come from
 // --server/--token or FENCEQ_SERVER/FENCEQ_TOKEN. Exit status: 0 done, 1
@@ -25,7 +25,7 @@ import (
 
 	"github.com/fenceq/fenceq/api/client"
 	"github.com/fenceq/fenceq/db"
-	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/internal/engine"
 )
 
 // callTimeout bounds one command's requests (longer than any server-side
@@ -41,45 +41,81 @@ type Env struct {
 // Run runs the command named cmd ("enqueue", "lease", "worker", "token",
 // …) with its arguments. An unknown command is a UsageError.
 func Run(ctx context.Context, cmd string, args []string, e Env) error {
-	if cmd == "lease" || cmd == "queue" {
+	if about, ok := groups[cmd]; ok {
 		if len(args) == 0 {
-			return UsageError{map[string]string{"lease": leaseUsage, "queue": queueUsage}[cmd]}
+			return UsageError{fmt.Sprintf("usage: fenceq %s ACTION …; see \"fenceq %s --help\"", cmd, cmd)}
+		}
+		if isHelp(args[0]) {
+			fmt.Fprint(e.Stdout, groupHelp(cmd, about))
+			return flag.ErrHelp
 		}
 		cmd, args = cmd+" "+args[0], args[1:]
-	}
-	if cmd == "audit" || cmd == "token" {
-		sub := "verify"
-		if cmd == "token" {
-			sub = "new"
-		} else if len(args) > 0 && args[0] == "archive" {
-			sub = "archive" // archive.go
-		}
-		if len(args) == 0 || args[0] != sub {
-			return UsageError{fmt.Sprintf("usage: fenceq %s %s …; see \"fenceq %s %s --help\"", cmd, sub, cmd, sub)}
-		}
-		cmd, args = cmd+" "+sub, args[1:]
 	}
 	if c, ok := commands[cmd]; ok {
 		return c.run(ctx, e, args)
 	}
-	if strings.HasPrefix(cmd, "lease ") {
-		return UsageError{fmt.Sprintf("unknown lease action %q; %s", strings.TrimPrefix(cmd, "lease "), leaseUsage)}
-	}
-	if strings.HasPrefix(cmd, "queue ") {
-		return UsageError{fmt.Sprintf("unknown queue action %q; %s", strings.TrimPrefix(cmd, "queue "), queueUsage)}
+	if group, action, ok := strings.Cut(cmd, " "); ok {
+		return UsageError{fmt.Sprintf("unknown %s action %q; see \"fenceq %s --help\"", group, action, group)}
 	}
 	return UsageError{fmt.Sprintf("unknown command %q; run \"fenceq help\"", cmd)}
+}
+
+func isHelp(arg string) bool { return arg == "--help" || arg == "-help" || arg == "-h" }
+
+// groups are the commands whose first argument is an action ("lease
+// acquire"), with what the group is for; their actions are in commands.
+var groups = map[string]string{
+	"lease": "Named leases: an exclusive hold on any resource, with a fencing token (docs/leases.md).",
+	"queue": "Pause, resume and list queues.",
+	"audit": "The audit chain: verify it, or archive its old records.",
+	"token": "Bearer tokens for --auth-file.",
+	"job":   "What a running job's own command can ask (fenceq worker --exec sets its environment).",
+}
+
+// groupHelp is "fenceq GROUP --help": the group's actions and their synopses.
+func groupHelp(group, about string) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "usage: fenceq %s ACTION [arguments] [flags]\n\n%s\n\nactions:\n", group, about)
+	for _, name := range Names() {
+		if g, _, ok := strings.Cut(name, " "); ok && g == group {
+			fmt.Fprintf(&sb, "  %s\n", commands[name].usageLine())
+		}
+	}
+	fmt.Fprintf(&sb, "\nRun \"fenceq %s ACTION --help\" for an action's flags.\n", group)
+	return sb.String()
+}
+
+// Names returns every command Run knows, sorted: the groups ("lease") and
+// each of their actions ("lease acquire"), and the commands alone ("get").
+func Names() []string {
+	names := make([]string, 0, len(commands)+len(groups))
+	for n := range commands {
+		names = append(names, n)
+	}
+	for g := range groups {
+		names = append(names, g)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // command is one of fenceq's commands, run with its arguments.
 type command interface {
 	run(ctx context.Context, e Env, args []string) error
+	// usageLine is the command's synopsis ("fenceq get ID [--json]").
+	usageLine() string
 }
 
-// commandFunc is a command that is not a call (the worker, token new).
-type commandFunc func(ctx context.Context, e Env, args []string) error
+// funcCommand is a command that is not a call (the worker, token new).
+type funcCommand struct {
+	synopsis string
+	f        func(ctx context.Context, e Env, args []string) error
+}
 
-func (f commandFunc) run(ctx context.Context, e Env, args []string) error { return f(ctx, e, args) }
+func (f funcCommand) run(ctx context.Context, e Env, args []string) error { return f.f(ctx, e, args) }
+func (f funcCommand) usageLine() string                                   { return f.synopsis }
+
+func (k call[T]) usageLine() string { return k.synopsis }
 
 // commands is every command Run knows, by name ("lease acquire").
 var commands = map[string]command{
@@ -100,15 +136,14 @@ var commands = map[string]command{
 	"audit verify":  auditVerifyCmd,
 	"audit archive": auditArchiveCmd,
 	"backup":        backupCmd,
-	"worker": commandFunc(func(ctx context.Context, e Env, args []string) error {
-		return workerCommand(ctx, args, e.Stderr)
-	}),
-	"token new": commandFunc(func(_ context.Context, e Env, args []string) error {
+	"job check":     jobCheckCmd,
+	"worker": funcCommand{workerSynopsis, func(ctx context.Context, e Env, args []string) error {
+		return workerCommand(ctx, args, e.Stdout, e.Stderr)
+	}},
+	"token new": funcCommand{tokenSynopsis, func(_ context.Context, e Env, args []string) error {
 		return tokenCommand(args, e.Stdout, e.Stderr)
-	}),
+	}},
 }
-
-const leaseUsage = "usage: fenceq lease acquire|renew|release|check|show …; see \"fenceq lease ACTION --help\""
 
 // callFunc is a client command's call, bound to its arguments.
 type callFunc[T any] func(context.Context, *client.Client) (T, error)
@@ -151,7 +186,7 @@ func (k call[T]) run(ctx context.Context, e Env, args []string) error {
 		quiet = fs.Bool("q", false, k.quietHelp)
 	}
 	prepare := k.bind(fs, e)
-	setUsage(fs, e.Stderr, k.synopsis, k.about)
+	SetUsage(fs, e.Stdout, k.synopsis, k.about)
 	pos, err := parseCommand(fs, args, k.args[0], k.args[1])
 	if err != nil {
 		return err
@@ -203,9 +238,17 @@ func addClientFlags(fs *flag.FlagSet) *clientFlags {
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {
+	if !strings.Contains(cf.server, "://") {
+		// "127.0.0.1:7420" would parse as a URL with scheme "127.0.0.1";
+		// no scheme is guessed, as a token must not go out over plain
+		// HTTP by accident.
+		return nil, UsageError{fmt.Sprintf("--server %q has no scheme: give http://%s (or https://…)", cf.server, cf.server)}
+	}
 	c, err := client.New(cf.server, client.WithToken(cf.token), client.WithUserAgent("fenceq-cli"))
 	if err != nil {
-		return nil, UsageError{fmt.Sprintf("--server: %v", err)}
+		// The client's error names itself ("fenceq: base URL …"); main
+		// prefixes "fenceq: " once.
+		return nil, UsageError{fmt.Sprintf("--server: %s", strings.TrimPrefix(err.Error(), "fenceq: "))}
 	}
 	return c, nil
 }
@@ -281,6 +324,58 @@ func byID[T any](do func(ctx context.Context, c *client.Client, id uint64) (T, e
 			return func(ctx context.Context, c *client.Client) (T, error) { return do(ctx, c, id) }, nil
 		}
 	}
+}
+
+// jobCheckCmd is "fenceq job check": for the command "fenceq worker
+// --exec" runs, the claim it runs under checked right before a side
+// effect. It prints nothing when the claim is current: under the worker,
+// stdout is the job's result.
+var jobCheckCmd = call[client.JobCheck]{
+	name: "job check", synopsis: "fenceq job check [ID TOKEN]", jsonHelp: "print the check as JSON (on stdout: not inside a job's command)",
+	args: [2]int{0, 2},
+	about: "Exit 0 while the claim is current: the job is claimed, and the claim is the one with this fencing\n" +
+		"token (nobody claimed it again after a pause past the lease, it was not cancelled or finished).\n" +
+		"Exit 1 when it is not: stop without the side effect. Without arguments it checks the claim of\n" +
+		"the command \"fenceq worker --exec\" runs: FENCEQ_JOB_ID, FENCEQ_FENCING_TOKEN and FENCEQ_WORKER,\n" +
+		"against FENCEQ_SERVER with FENCEQ_TOKEN. Prints nothing when current. It narrows the window in\n" +
+		"which a stale command acts, it does not close it: a service that checks the token itself\n" +
+		"(POST /v1/jobs/{id}/check) is fenced, a command that only asked first is not (docs/leases.md).",
+	bind: func(fs *flag.FlagSet, e Env) func([]string) (callFunc[client.JobCheck], error) {
+		return func(pos []string) (callFunc[client.JobCheck], error) {
+			rawID, rawToken, worker := os.Getenv("FENCEQ_JOB_ID"), os.Getenv("FENCEQ_FENCING_TOKEN"), os.Getenv("FENCEQ_WORKER")
+			switch len(pos) {
+			case 2:
+				rawID, rawToken, worker = pos[0], pos[1], ""
+			case 1:
+				return nil, UsageError{"fenceq job check takes both ID and TOKEN, or neither (then FENCEQ_JOB_ID and FENCEQ_FENCING_TOKEN)"}
+			}
+			if rawID == "" || rawToken == "" {
+				return nil, UsageError{"fenceq job check needs FENCEQ_JOB_ID and FENCEQ_FENCING_TOKEN (fenceq worker --exec sets them), or ID TOKEN"}
+			}
+			id, err := parsePositive("job id", rawID)
+			if err != nil {
+				return nil, err
+			}
+			token, err := parsePositive("fencing token", rawToken)
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context, c *client.Client) (client.JobCheck, error) {
+				v, err := c.CheckJob(ctx, id, token)
+				if client.IsCode(err, client.CodeFailedPrecondition) || client.IsCode(err, client.CodeNotFound) {
+					who := ""
+					if worker != "" {
+						who = " of worker " + worker
+					}
+					var apiErr *client.Error
+					errors.As(err, &apiErr)
+					return v, fmt.Errorf("the claim%s on job %d with token %d is not current: %s", who, id, token, apiErr.Message)
+				}
+				return v, err
+			}, nil
+		}
+	},
+	show: func(Env, client.JobCheck) error { return nil },
 }
 
 var enqueueCmd = call[client.EnqueueResult]{
@@ -673,7 +768,7 @@ var auditVerifyCmd = call[auditResult]{
 						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path, archive: &rep.Header}, err
 				}
 				if dbGiven || !serverGiven {
-					rep, err := verifyFileAudit(ctx, *path, e.Stderr)
+					rep, err := engine.VerifyAudit(ctx, *path, e.Stderr)
 					return auditResult{AuditReport: client.AuditReport{OK: rep.OK, Records: rep.Records, HeadSeq: rep.HeadSeq,
 						HeadHash: rep.HeadHash, StartSeq: rep.StartSeq, StartHash: rep.StartHash, VerifiedSeq: rep.VerifiedSeq,
 						FirstBroken: rep.FirstBroken, Reason: rep.Reason}, of: *path}, err
@@ -785,7 +880,7 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 	}
 	r := backupResult{File: out, Bytes: n, Verified: verify}
 	if verify {
-		if r.Records, err = verifyBackup(ctx, tmp); err != nil {
+		if r.Records, err = engine.CheckFile(ctx, tmp); err != nil {
 			return backupResult{}, fmt.Errorf("the downloaded snapshot does not verify (kept nothing): %w", err)
 		}
 	}
@@ -803,24 +898,4 @@ func backupToFile(ctx context.Context, c *client.Client, out string, verify bool
 		return backupResult{}, fmt.Errorf("wrote %s, but syncing its directory failed, so a power cut may undo the rename: %w", out, err)
 	}
 	return r, nil
-}
-
-// verifyBackup opens a downloaded snapshot read-only and checks it.
-func verifyBackup(ctx context.Context, path string) (uint64, error) {
-	s, err := bolt.Open(path, bolt.Options{ReadOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	defer s.Close()
-	if err := s.Check(); err != nil {
-		return 0, err
-	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if !rep.OK {
-		return 0, fmt.Errorf("audit chain broken at sequence %d: %s", rep.FirstBroken, rep.Reason)
-	}
-	return rep.Records, nil
 }

@@ -87,3 +87,41 @@ func TestRun_UsageMistakesAreExitStatus2AndCallNothing(t *testing.T) {
 		t.Fatalf("jobs after usage mistakes = %d, %v; want none", len(page.Jobs), err)
 	}
 }
+
+// fenceq job check: exit 0 and nothing on stdout while the claim in the
+// environment is current, exit 1 once another claim took the job.
+func TestJobCheck_CurrentThenTakenOver(t *testing.T) {
+	s := apitest.Start(t, db.Rules{}, api.Config{})
+	ctx := context.Background()
+	res, err := s.Store.EnqueueJobs(ctx, []db.EnqueueRequest{{Queue: "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatUint(res[0].Job.ID, 10)
+	if _, err := s.Store.ClaimJobs(ctx, db.ClaimRequest{Principal: "local", Worker: "w1", Queues: []string{"q"}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FENCEQ_JOB_ID", id)
+	t.Setenv("FENCEQ_WORKER", "w1")
+	t.Setenv("FENCEQ_FENCING_TOKEN", "1")
+	if out, errOut, err := runCLI(t, s.URL, "job", "check"); err != nil || out != "" || errOut != "" {
+		t.Fatalf("job check of the current claim = %v, stdout %q, stderr %q; want nil and nothing printed", err, out, errOut)
+	}
+	if _, err := s.Store.CancelJob(ctx, db.JobRequest{Principal: "local", ID: res[0].Job.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runCLI(t, s.URL, "job", "check")
+	if ExitCode(err) != 1 || !strings.Contains(err.Error(), "w1") || !strings.Contains(err.Error(), "not current") {
+		t.Fatalf("job check after a cancel = %v (exit %d); want exit 1 naming w1 and 'not current'", err, ExitCode(err))
+	}
+	if _, _, err := runCLI(t, s.URL, "job", "check", id); ExitCode(err) != 2 {
+		t.Fatalf("job check ID without TOKEN = %v, want a usage error", err)
+	}
+}
+
+func TestClientFlags_ServerWithoutSchemeIsAUsageError(t *testing.T) {
+	_, _, err := runCLI(t, "127.0.0.1:7420", "stats")
+	if ExitCode(err) != 2 || !strings.Contains(err.Error(), "http://127.0.0.1:7420") {
+		t.Fatalf("stats --server 127.0.0.1:7420 = %v (exit %d); want exit 2 naming http://127.0.0.1:7420", err, ExitCode(err))
+	}
+}

@@ -1,9 +1,10 @@
 // Package cli holds fenceq's command-line commands other than serve and
 // bench: the client commands that talk to a running server (enqueue, get,
-// list, cancel, retry, stats, lease, audit verify, backup), the shell
-// worker (worker --exec) and token new. It also holds the flag conventions
+// list, cancel, retry, stats, lease, queue, audit, backup, job check),
+// the shell worker (worker --exec) and token new. It also holds the flag conventions
 // every command shares, serve and bench included: FENCEQ_<FLAG> variables
-// under the command line, and UsageError for exit status 2.
+// under the command line, one help form (SetUsage: on stdout, exit status
+// 0), and UsageError for exit status 2.
 package cli
 
 import (
@@ -57,11 +58,8 @@ func ParseWithEnv(fs *flag.FlagSet, args []string) error {
 	if envErr != nil {
 		return envErr
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return UsageError{err.Error()}
+	if err := parse(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return UsageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
@@ -80,11 +78,8 @@ func parseCommand(fs *flag.FlagSet, args []string, minArgs, maxArgs int) ([]stri
 	}
 	var pos []string
 	for rest := args; len(rest) > 0; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, UsageError{err.Error()}
+		if err := parse(fs, rest); err != nil {
+			return nil, err
 		}
 		consumed := len(rest) - fs.NArg()
 		if consumed > 0 && rest[consumed-1] == "--" {
@@ -106,13 +101,37 @@ func parseCommand(fs *flag.FlagSet, args []string, minArgs, maxArgs int) ([]stri
 	return pos, nil
 }
 
-// setUsage makes "fenceq CMD --help" print a synopsis, what the command
-// does and its flags.
-func setUsage(fs *flag.FlagSet, stderr io.Writer, synopsis, about string) {
+// SetUsage makes "fenceq CMD --help" (and -h, and "fenceq help CMD") print
+// to stdout a synopsis, what the command does and its flags: every
+// command's help has this form, and asking for it is exit status 0.
+func SetUsage(fs *flag.FlagSet, stdout io.Writer, synopsis, about string) {
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s\n\n%s\n\nflags (also FENCEQ_<FLAG> variables):\n", synopsis, about)
+		fmt.Fprintf(stdout, "usage: %s\n\n%s\n\nflags (also FENCEQ_<FLAG> variables):\n", synopsis, strings.TrimRight(about, "\n"))
+		out := fs.Output()
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
+		fs.SetOutput(out)
 	}
+}
+
+// parse runs fs.Parse without the flag package's own printing: --help
+// prints the help (fs.Usage) and returns flag.ErrHelp; any other mistake is
+// one UsageError that says where the help is, which main prints once.
+func parse(fs *flag.FlagSet, args []string) error {
+	usage, out := fs.Usage, fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return err
+	}
+	return UsageError{fmt.Sprintf("%v; see \"%s --help\"", err, fs.Name())}
 }
 
 // Usagef returns a UsageError with a formatted message.

@@ -12,8 +12,6 @@ import (
 	"github.com/fenceq/fenceq/api/client"
 )
 
-const queueUsage = "usage: fenceq queue pause|resume|list …; see \"fenceq queue ACTION --help\""
-
 // queuePauseCmd is "fenceq queue pause QUEUE" or "fenceq queue resume QUEUE".
 func queuePauseCmd(action string) call[client.QueuePause] {
 	k := call[client.QueuePause]{

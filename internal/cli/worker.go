@@ -34,13 +34,19 @@ const workerAbout = `Claim jobs and run CMD for each one with /bin/sh -c, in its
                    the error (the server retries it after its backoff)
 While CMD runs the worker heartbeats the claim with its fencing token. If the claim is
 lost (the job was claimed again after a pause, or cancelled) the whole process group is
-killed at once (SIGKILL) and nothing is completed. When CMD exits, whatever it left
+killed at once (SIGKILL) and nothing is completed. CMD's own side effects are NOT fenced:
+what it did before the kill stays done, and a CMD paused past its lease may act while
+another worker runs the same job. Run "fenceq job check" right before a side effect
+(exit 0 only while this claim is current), and give FENCEQ_FENCING_TOKEN to services
+that can check it (docs/leases.md). When CMD exits, whatever it left
 running in its process group is killed too. On SIGINT/SIGTERM the worker stops claiming
 and lets running commands finish for --drain-timeout, then sends them SIGTERM and,
 after --kill-grace, SIGKILL; their jobs are failed so that another worker takes them.`
 
+const workerSynopsis = "fenceq worker --exec CMD [--queue Q[,Q…]] [--name N] [--concurrency N] [flags]"
+
 // workerCommand: fenceq worker --exec CMD [flags]
-func workerCommand(ctx context.Context, args []string, stderr io.Writer) error {
+func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := NewFlagSet("fenceq worker", stderr)
 	cf := addClientFlags(fs)
 	host, _ := os.Hostname()
@@ -57,7 +63,7 @@ func workerCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	grace := fs.Duration("kill-grace", 10*time.Second, "after the drain timeout, time between SIGTERM and SIGKILL")
 	maxOutput := fs.Int("max-output", 1<<20, "largest stdout kept as the result, in bytes (more fails the job)")
 	asJSON := fs.Bool("json", false, "log as JSON lines instead of text")
-	setUsage(fs, stderr, "fenceq worker --exec CMD [--queue Q[,Q…]] [--name N] [--concurrency N] [flags]", workerAbout)
+	SetUsage(fs, stdout, workerSynopsis, workerAbout)
 	if _, err := parseCommand(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -84,7 +90,7 @@ func workerCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	logger := slog.New(handler)
 
 	h := &execHandler{command: *command, grace: *grace, maxOutput: *maxOutput, worker: *name,
-		server: c.BaseURL(), stderr: &lockedWriter{w: stderr}}
+		server: c.BaseURL(), token: cf.token, stderr: &lockedWriter{w: stderr}}
 	w, err := client.NewWorker(c, h.handle, client.WorkerConfig{
 		Name: *name, Queues: qs, Concurrency: *concurrency, Lease: *leaseD, Wait: *wait, DrainTimeout: *drain,
 		Logger: logger,
@@ -118,6 +124,7 @@ type execHandler struct {
 	maxOutput int
 	worker    string
 	server    string
+	token     string        // the worker's bearer token, passed on as FENCEQ_TOKEN
 	stderr    *lockedWriter // the worker's stderr, shared by concurrent jobs
 }
 
@@ -169,6 +176,12 @@ func (h *execHandler) handle(ctx context.Context, job client.Job) (result, attes
 		"FENCEQ_WORKER="+h.worker,
 		"FENCEQ_SERVER="+h.server,
 	)
+	if h.token != "" {
+		// So that "fenceq job check" in the command reaches a server with
+		// an --auth-file as the worker does, also when the token came from
+		// --token rather than the environment.
+		cmd.Env = append(cmd.Env, "FENCEQ_TOKEN="+h.token)
+	}
 	startErr := cmd.Start()
 	// The child has its copies; the parent keeps only its ends.
 	stdinR.Close()

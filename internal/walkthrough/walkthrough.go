@@ -1,8 +1,8 @@
 // Package walkthrough runs the shell blocks of the README and the docs
 // pages that are marked runnable, the way a reader pastes them, and checks
 // the HTTP status codes their comments promise. It is what keeps the docs
-// from drifting away from the binary (walkthrough_test.go in the
-// repository's root runs it against the real server).
+// from drifting away from the binary (e2e/walkthrough_test.go runs it
+// against the real server).
 //
 // The conventions, which the docs follow:
 //
@@ -13,14 +13,19 @@
 //     wrong method) to show the refusal: it runs against the server, but a
 //     runner behind a validating proxy, which would answer such requests
 //     itself, skips it (Block.Refusals).
-//   - The blocks of one file run in order in one bash process (variables set
-//     in one block are seen by the next, as in a terminal), without set -e,
-//     in a directory that holds the binary as ./fenceq.
-//   - A command whose line ends in a comment "# → NNN" (anything may follow
-//     the code) promises that the last word it prints is the HTTP status
-//     NNN: a curl with -w ' %{http_code}\n'. "# → exit N" promises that the
-//     command exits with status N (the command-line client: 0 done, 1
-//     refused). Such a command must fit on its line.
+//   - The blocks of one file run in order in one shell process (variables
+//     set in one block are seen by the next, as in a terminal), without set
+//     -e, in a directory that holds the binary as ./fenceq: bash, and zsh
+//     as a paste into a terminal is read (an interactive zsh without
+//     interactivecomments, Debian's and macOS's default), where "#" starts
+//     no comment and a "'" in one opens a quote. So the blocks hold no
+//     comments: what a reader should expect is printed by the command.
+//   - A command whose line prints "(expect N" promises that the word
+//     printed right before it is N: a curl with
+//     -w ' %{http_code} (expect 404 not_found)\n' promises the HTTP status
+//     404, a command followed by ; echo "exit $? (expect 1: refused)" the
+//     exit status 1 (the command-line client: 0 done, 1 refused). Such a
+//     command must fit on its line.
 //   - The server is http://127.0.0.1:7420 (or localhost:7420); a runner
 //     that serves elsewhere rewrites that address in the blocks and sets
 //     FENCEQ_SERVER for the command-line client.
@@ -69,7 +74,12 @@ type Promise struct {
 	Command string
 }
 
-var promiseRE = regexp.MustCompile(`#\s*→\s*(?:([1-5][0-9][0-9])|exit ([0-9]+))\b`)
+// promiseRE finds a promise in a line of a block; expectRE the word a
+// command printed before its promise.
+var (
+	promiseRE = regexp.MustCompile(`\(expect ([0-9]{1,3})\b`)
+	expectRE  = regexp.MustCompile(`(\S+) \(expect ([0-9]{1,3})\b`)
+)
 
 // Parse returns the runnable blocks of a markdown file. A marker that is
 // not followed by a ```sh fence, or a block that does not end, is an
@@ -108,21 +118,21 @@ func (b Block) Promises() []Promise {
 	var ps []Promise
 	for i, l := range strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n") {
 		if m := promiseRE.FindStringSubmatch(l); m != nil {
-			p := Promise{Line: b.Line + 1 + i, Exit: m[2] != "", Command: strings.TrimSpace(l)}
-			p.Status, _ = strconv.Atoi(m[1] + m[2])
+			p := Promise{Line: b.Line + 1 + i, Exit: !strings.Contains(l, "%{http_code}"), Command: strings.TrimSpace(l)}
+			p.Status, _ = strconv.Atoi(m[1])
 			ps = append(ps, p)
 		}
 	}
 	return ps
 }
 
-// Script is the blocks as one bash script, with every address rewritten
+// Script is the blocks as one shell script, with every address rewritten
 // to server and a marker printed around each command that promises a
 // status, so that Check can find what it printed.
 func Script(blocks []Block, server string) string {
 	var sb strings.Builder
 	for _, b := range blocks {
-		fmt.Fprintf(&sb, "# %s:%d\n", b.File, b.Line)
+		fmt.Fprintf(&sb, ": 'block %s:%d'\n", b.File, b.Line) // no "#": zsh reads no comment in a paste
 		for i, l := range strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n") {
 			line := b.Line + 1 + i
 			if server != DefaultServer {
@@ -144,7 +154,6 @@ func Script(blocks []Block, server string) string {
 // printed nothing).
 func Check(blocks []Block, output string) []error {
 	got := map[int]string{}
-	exits := map[int]int{}
 	var cur []string
 	inside := -1
 	sc := bufio.NewScanner(strings.NewReader(output))
@@ -158,7 +167,7 @@ func Check(blocks []Block, output string) []error {
 		}
 		var code int
 		if _, err := fmt.Sscanf(l, "@@walkthrough end %d %d", &n, &code); err == nil && n == inside {
-			got[n], exits[n] = strings.Join(cur, "\n"), code
+			got[n] = strings.Join(cur, "\n")
 			inside = -1
 			continue
 		}
@@ -170,17 +179,21 @@ func Check(blocks []Block, output string) []error {
 	for _, b := range blocks {
 		for _, p := range b.Promises() {
 			out, ran := got[p.Line]
-			words := strings.Fields(out)
+			what := "status"
+			if p.Exit {
+				what = "exit status"
+			}
+			var m []string
+			if all := expectRE.FindAllStringSubmatch(out, -1); len(all) > 0 {
+				m = all[len(all)-1]
+			}
 			switch {
 			case !ran:
 				errs = append(errs, fmt.Errorf("%s:%d: %s: did not run", b.File, p.Line, p.Command))
-			case p.Exit && exits[p.Line] != p.Status:
-				errs = append(errs, fmt.Errorf("%s:%d: %s: exited %d, want %d; printed %q", b.File, p.Line, p.Command, exits[p.Line], p.Status, trim(out)))
-			case p.Exit:
-			case len(words) == 0:
-				errs = append(errs, fmt.Errorf("%s:%d: %s: printed nothing, want status %d", b.File, p.Line, p.Command, p.Status))
-			case words[len(words)-1] != strconv.Itoa(p.Status):
-				errs = append(errs, fmt.Errorf("%s:%d: %s: printed %q, want status %d last", b.File, p.Line, p.Command, trim(out), p.Status))
+			case m == nil:
+				errs = append(errs, fmt.Errorf("%s:%d: %s: printed no \"N (expect %d\"; printed %q", b.File, p.Line, p.Command, p.Status, trim(out)))
+			case m[1] != m[2] || m[2] != strconv.Itoa(p.Status):
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %s %s, want %d; printed %q", b.File, p.Line, p.Command, what, m[1], p.Status, trim(out)))
 			}
 		}
 	}
@@ -194,24 +207,53 @@ func trim(s string) string {
 	return s
 }
 
-// shellTrouble is what bash prints when a pasted block is broken as shell,
-// whatever its commands answered.
-var shellTrouble = regexp.MustCompile(`command not found|syntax error|unexpected EOF|bad substitution|unbound variable`)
+// shellTrouble is what bash or zsh prints when a pasted block is broken as
+// shell, whatever its commands answered.
+var shellTrouble = regexp.MustCompile(`command not found|syntax error|unexpected EOF|bad substitution|unbound variable|` +
+	`parse error|no matches found|unmatched|bad pattern|event not found|quote>`)
 
-// Run runs the blocks of one file with bash in dir (which should hold the
+// Shell is a shell the blocks are pasted into.
+type Shell string
+
+// The shells: Bash runs the blocks as a script; Zsh reads them as an
+// interactive zsh reads a paste (zsh -f -i, so without interactivecomments
+// and with history expansion, from stdin; prompts empty).
+const (
+	Bash Shell = "bash"
+	Zsh  Shell = "zsh"
+)
+
+// Run runs the blocks of one file with sh in dir (which should hold the
 // binary as ./fenceq), against server, with env added to the process's
 // environment. It returns what the script printed (stdout and stderr,
-// interleaved) and every promise broken, plus any trouble bash reported.
-func Run(ctx context.Context, dir, server string, env []string, blocks []Block) (string, []error) {
-	name := "walkthrough.sh"
+// interleaved) and every promise broken, plus any trouble the shell
+// reported.
+func Run(ctx context.Context, sh Shell, dir, server string, env []string, blocks []Block) (string, []error) {
+	name := "walkthrough"
 	if len(blocks) > 0 {
-		name = strings.NewReplacer("/", "_", ".", "_").Replace(blocks[0].File) + ".sh"
+		name = strings.NewReplacer("/", "_", ".", "_").Replace(blocks[0].File)
 	}
+	name += "." + string(sh)
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(Script(blocks, server)), 0o644); err != nil {
 		return "", []error{err}
 	}
-	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", path)
+	var cmd *exec.Cmd
+	switch sh {
+	case Bash:
+		cmd = exec.CommandContext(ctx, "bash", "--noprofile", "--norc", path)
+	case Zsh:
+		cmd = exec.CommandContext(ctx, "zsh", "-f", "-i", "-o", "nopromptsp", "-o", "nopromptcr")
+		in, err := os.Open(path)
+		if err != nil {
+			return "", []error{err}
+		}
+		defer in.Close()
+		cmd.Stdin = in
+		env = append([]string{"PS1=", "PS2=", "RPS1=", "RPS2="}, env...)
+	default:
+		return "", []error{fmt.Errorf("walkthrough: unknown shell %q", sh)}
+	}
 	cmd.Dir = dir
 	cmd.Env = append(append(os.Environ(), "FENCEQ_SERVER="+server), env...)
 	// Output goes to a file, not a pipe: a pipe held open by something a
@@ -238,11 +280,11 @@ func Run(ctx context.Context, dir, server string, env []string, blocks []Block) 
 	out := bytes.NewBuffer(raw)
 	errs := Check(blocks, out.String())
 	if err != nil && ctx.Err() != nil {
-		errs = append(errs, fmt.Errorf("%s: bash did not finish: %v", name, ctx.Err()))
+		errs = append(errs, fmt.Errorf("%s: %s did not finish: %v", name, sh, ctx.Err()))
 	}
 	for _, l := range strings.Split(out.String(), "\n") {
 		if shellTrouble.MatchString(l) {
-			errs = append(errs, fmt.Errorf("%s: bash: %s", name, strings.TrimSpace(l)))
+			errs = append(errs, fmt.Errorf("%s: %s: %s", name, sh, strings.TrimSpace(l)))
 		}
 	}
 	return out.String(), errs

@@ -15,10 +15,13 @@ import (
 )
 
 const page = "# A page\n\n" +
-	"```sh\necho not marked   # → 500\n```\n\n" +
-	Marker + "\n```sh\nS=http://127.0.0.1:7420\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/ok   # → 200 fine\n```\n\n" +
+	"```sh\necho 'not marked (expect 500)'\n```\n\n" +
+	Marker + "\n```sh\nS=http://127.0.0.1:7420\ncurl -s -o /dev/null -w '%{http_code} (expect 200, fine)\\n' $S/ok\n```\n\n" +
 	"text\n\n" +
-	RefusalsMarker + "\n```sh\ncurl -s -o /dev/null -w '%{http_code}\\n' $S/missing   # → 404\necho done\nfalse   # → exit 1\n```\n"
+	RefusalsMarker + "\n```sh\ncurl -s -o /dev/null -w '%{http_code} (expect 404)\\n' $S/missing\necho done\nfalse; echo \"exit $? (expect 1: false fails)\"\n```\n"
+
+// shells are the shells every Run test runs in.
+var shells = []Shell{Bash, Zsh}
 
 func TestParse_FindsOnlyMarkedBlocksAndTheirPromises(t *testing.T) {
 	blocks, err := Parse("page.md", []byte(page))
@@ -70,28 +73,53 @@ func TestRun_ChecksPromisedStatusesAgainstARealServer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, errs := Run(ctx, t.TempDir(), srv.URL, nil, blocks); len(errs) > 0 {
-		t.Fatalf("Run() = %v; output:\n%s", errs, out)
-	}
+	for _, sh := range shells {
+		if out, errs := Run(ctx, sh, t.TempDir(), srv.URL, nil, blocks); len(errs) > 0 {
+			t.Fatalf("Run(%s) = %v; output:\n%s", sh, errs, out)
+		}
 
-	// The same page promising another code fails, naming the line.
-	wrong, _ := Parse("page.md", []byte(strings.Replace(page, "# → 404", "# → 409", 1)))
-	_, errs := Run(ctx, t.TempDir(), srv.URL, nil, wrong)
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "page.md:17") || !strings.Contains(errs[0].Error(), "want status 409") {
-		t.Fatalf("Run() with a wrong promise = %v, want one error for page.md:17 wanting 409", errs)
-	}
+		// The same page promising another code fails, naming the line.
+		wrong, _ := Parse("page.md", []byte(strings.Replace(page, "(expect 404)", "(expect 409)", 1)))
+		_, errs := Run(ctx, sh, t.TempDir(), srv.URL, nil, wrong)
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "page.md:17") || !strings.Contains(errs[0].Error(), "status 404, want 409") {
+			t.Fatalf("Run(%s) with a wrong promise = %v, want one error for page.md:17: status 404, want 409", sh, errs)
+		}
 
-	// An exit status promised wrongly fails too.
-	wrong, _ = Parse("page.md", []byte(strings.Replace(page, "# → exit 1", "# → exit 0", 1)))
-	_, errs = Run(ctx, t.TempDir(), srv.URL, nil, wrong)
-	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "exited 1, want 0") {
-		t.Fatalf("Run() with a wrong exit promise = %v, want one error: exited 1, want 0", errs)
-	}
+		// An exit status promised wrongly fails too.
+		wrong, _ = Parse("page.md", []byte(strings.Replace(page, "(expect 1:", "(expect 0:", 1)))
+		_, errs = Run(ctx, sh, t.TempDir(), srv.URL, nil, wrong)
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), "exit status 1, want 0") {
+			t.Fatalf("Run(%s) with a wrong exit promise = %v, want one error: exit status 1, want 0", sh, errs)
+		}
 
-	// A block that is broken as shell is reported even where no promise is.
-	broken := []Block{{File: "b.md", Line: 1, Text: "fenceq-no-such-command x\n"}}
-	if _, errs := Run(ctx, t.TempDir(), srv.URL, nil, broken); len(errs) != 1 || !strings.Contains(errs[0].Error(), "command not found") {
-		t.Fatalf("Run() of a broken block = %v, want one 'command not found'", errs)
+		// A block that is broken as shell is reported even where no promise is.
+		broken := []Block{{File: "b.md", Line: 1, Text: "fenceq-no-such-command x\n"}}
+		if _, errs := Run(ctx, sh, t.TempDir(), srv.URL, nil, broken); len(errs) != 1 || !strings.Contains(errs[0].Error(), "command not found") {
+			t.Fatalf("Run(%s) of a broken block = %v, want one 'command not found'", sh, errs)
+		}
+	}
+}
+
+// What issue 31 found in the README: a comment pasted into zsh, which
+// without interactivecomments is no comment. Bash takes the block; zsh
+// reads "#", "→" and "200" as arguments, and the apostrophe in the comment
+// opens a quote that swallows the rest of the paste.
+func TestRun_ZshReadsCommentsAsAPasteDoes(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, text := range []string{
+		"Q=emails-$RANDOM   # a queue of this paste's own\necho \"exit $? (expect 0)\"\n",
+		"curl -s -o /dev/null -w '%{http_code} (expect 200)\\n' " + srv.URL + "   # → 200\n",
+	} {
+		blocks := []Block{{File: "readme.md", Line: 1, Text: text}}
+		if out, errs := Run(ctx, Bash, t.TempDir(), srv.URL, nil, blocks); len(errs) > 0 {
+			t.Errorf("Run(bash, %q) = %v; output:\n%s", text, errs, out)
+		}
+		if out, errs := Run(ctx, Zsh, t.TempDir(), srv.URL, nil, blocks); len(errs) == 0 {
+			t.Errorf("Run(zsh, %q) found nothing wrong; output:\n%s", text, out)
+		}
 	}
 }
 
@@ -101,7 +129,7 @@ func TestRun_EndsWhatABlockLeftRunning(t *testing.T) {
 	blocks := []Block{{File: "bg.md", Line: 1, Text: "sleep 60 &\necho $! > sleep.pid\n"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if out, errs := Run(ctx, dir, "http://127.0.0.1:1", nil, blocks); len(errs) > 0 {
+	if out, errs := Run(ctx, Bash, dir, "http://127.0.0.1:1", nil, blocks); len(errs) > 0 {
 		t.Fatalf("Run() = %v; output:\n%s", errs, out)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "sleep.pid"))
