@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,5 +266,49 @@ func TestBatch_ARowReadFromTheBatchsLocksIsCurrent(t *testing.T) {
 	got, err := s.GetJob(bg, j.ID)
 	if err != nil || got.State != db.StateCompleted {
 		t.Fatalf("job after the batch = %+v, %v; want completed", got, err)
+	}
+}
+
+// TestBatch_AWriteTheDatabaseRefusesFailsOnlyItsMutation: a mutation
+// whose row the batch's one INSERT cannot write (here a job id that exists
+// already) fails the batch's writes; the batch runs again one mutation at
+// a time, and only that mutation fails: the others commit once each.
+func TestBatch_AWriteTheDatabaseRefusesFailsOnlyItsMutation(t *testing.T) {
+	s := mustOpenStore(t, db.Rules{})
+	taken := mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+	var ops []*writeOp
+	for i := range 5 {
+		if i == 2 {
+			ops = append(ops, &writeOp{done: make(chan struct{}), fn: func(w *writer) error {
+				rec, _ := db.Enqueue(taken.ID, db.EnqueueRequest{Principal: "p", Queue: "q"}, w.now)
+				return w.v.put(&rec, true) // a second row with the id: the INSERT refuses it
+			}})
+			continue
+		}
+		ops = append(ops, &writeOp{plan: opPlan{inserts: 1}, done: make(chan struct{}), fn: func(w *writer) error {
+			_, err := enqueue(w, db.EnqueueRequest{Principal: "p", Queue: "good"})
+			return err
+		}})
+	}
+	for r := ops; len(r) > 0; {
+		r = s.commitBatch(r)
+	}
+	for i, op := range ops {
+		if i == 2 {
+			if op.err == nil || !strings.Contains(op.err.Error(), "duplicate key") {
+				t.Errorf("the mutation whose row exists: error %v, want the database's duplicate key", op.err)
+			}
+			continue
+		}
+		if op.err != nil {
+			t.Errorf("mutation %d: %v; want it committed despite another's write", i, op.err)
+		}
+	}
+	stats, err := s.Stats(bg)
+	if err != nil || len(stats) != 2 || stats[0].Queue != "good" || stats[0].Counts[db.StateAvailable] != 4 || stats[1].Counts[db.StateAvailable] != 1 {
+		t.Fatalf("Stats() = %+v, %v; want 4 jobs in good and q's one", stats, err)
+	}
+	if rep, err := s.VerifyAudit(bg); err != nil || !rep.OK || rep.Records != 5 {
+		t.Fatalf("VerifyAudit() = %+v, %v; want 5 links (q's and good's four), verified", rep, err)
 	}
 }
