@@ -118,20 +118,69 @@ func buildOnce(t testing.TB, key string, build func(path string) string) string 
 func buildRelease(t testing.TB, version, commit string) string {
 	t.Helper()
 	return buildOnce(t, "fenceq-"+version+"-"+commit[:12], func(path string) string {
-		if out, err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").CombinedOutput(); err != nil {
-			return "release " + version + "'s commit " + commit + " (docs/releases.tsv) is not in this clone (" + strings.TrimSpace(string(out)) + "): the compatibility tests build it from the history; fetch it (git fetch --unshallow, or actions/checkout with fetch-depth: 0)"
-		}
 		src := path + ".src"
-		if err := os.MkdirAll(src, 0o755); err != nil {
-			return err.Error()
-		}
 		defer os.RemoveAll(src)
-		archive := exec.Command("sh", "-c", `git archive "$1" | tar -x -C "$2"`, "sh", commit, src)
-		if out, err := archive.CombinedOutput(); err != nil {
-			return "git archive " + commit + ": " + err.Error() + "\n" + string(out)
+		if msg := archiveRelease(version, commit, src); msg != "" {
+			return msg
 		}
 		return goBuild(src, path, "-X github.com/fenceq/fenceq/internal/buildinfo.version="+version+
 			" -X github.com/fenceq/fenceq/internal/buildinfo.commit="+commit)
+	})
+}
+
+// archiveRelease writes release version's source (commit, from this
+// clone's history) into dir; "" on success, else why not.
+func archiveRelease(version, commit, dir string) string {
+	check := exec.Command("git", "cat-file", "-e", commit+"^{commit}")
+	check.Dir = ".." // the repository's root: git archive in e2e/ would archive e2e/ alone
+	if out, err := check.CombinedOutput(); err != nil {
+		return "release " + version + "'s commit " + commit + " (docs/releases.tsv) is not in this clone (" + strings.TrimSpace(string(out)) + "): the compatibility tests build it from the history; fetch it (git fetch --unshallow, or actions/checkout with fetch-depth: 0)"
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err.Error()
+	}
+	archive := exec.Command("sh", "-c", `git archive "$1" | tar -x -C "$2"`, "sh", commit, dir)
+	archive.Dir = ".."
+	if out, err := archive.CombinedOutput(); err != nil {
+		return "git archive " + commit + ": " + err.Error() + "\n" + string(out)
+	}
+	return ""
+}
+
+// buildOldClient builds the program testdata/oldclient/main.go.txt
+// against release version's api/client: a module of its own whose go.mod
+// replaces github.com/fenceq/fenceq with that release's source.
+func buildOldClient(t testing.TB, version, commit string) string {
+	t.Helper()
+	return buildOnce(t, "oldclient-"+version+"-"+commit[:12], func(path string) string {
+		src := path + ".fenceq"
+		if msg := archiveRelease(version, commit, src); msg != "" {
+			return msg
+		}
+		mod := path + ".mod"
+		program, err := os.ReadFile("testdata/oldclient/main.go.txt")
+		if err != nil {
+			return err.Error()
+		}
+		sum, err := os.ReadFile(filepath.Join(src, "go.sum"))
+		if err != nil {
+			return err.Error()
+		}
+		gomod := "module fenceq.test/oldclient\n\ngo 1.26.0\n\nrequire github.com/fenceq/fenceq v0.0.0\n\nreplace github.com/fenceq/fenceq => " + src + "\n"
+		if err := os.MkdirAll(mod, 0o755); err != nil {
+			return err.Error()
+		}
+		for name, b := range map[string][]byte{"go.mod": []byte(gomod), "go.sum": sum, "main.go": program} {
+			if err := os.WriteFile(filepath.Join(mod, name), b, 0o644); err != nil {
+				return err.Error()
+			}
+		}
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-mod=mod", "-o", path, ".")
+		cmd.Dir = mod
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "building the old client in " + mod + ": " + err.Error() + "\n" + string(b)
+		}
+		return ""
 	})
 }
 
