@@ -334,16 +334,21 @@ type crashServer struct {
 	listen string
 	proc   *proc
 	client *crashClient
+	bin    string // the binary to run; "" is fenceqBin (another build: builds_test.go)
 }
 
 func (s *crashServer) start() {
 	s.t.Helper()
-	p := start(s.t, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
+	bin := s.bin
+	if bin == "" {
+		bin = fenceqBin
+	}
+	p := startBin(s.t, bin, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
 	base := p.addrOrEmpty()
 	if base == "" && s.listen != "127.0.0.1:0" {
 		// Somebody took the port while the server was down: a new one.
 		s.listen = "127.0.0.1:0"
-		p = start(s.t, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
+		p = startBin(s.t, bin, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
 		base = p.addrOrEmpty()
 	}
 	if base == "" {
