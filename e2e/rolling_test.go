@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -49,14 +51,56 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 	st := &crashStats{}
 	stopLoad := startCrashLoad(clients, acks, st, queue, run, 3, 6)
 
+	// The previous release's client.Worker, one process per replica,
+	// on a queue of its own that a producer fills through every replica.
+	workerQueue := "roll-w-" + run
+	oldClient := buildOldClient(t, version, commit)
+	var workers []*exec.Cmd
+	var workerOut []*syncBuffer
+	for i, c := range clients {
+		cmd := exec.Command(oldClient)
+		cmd.Env = cleanEnv("FENCEQ_MODE=worker", "FENCEQ_URL="+*c.base.Load(), "FENCEQ_QUEUE="+workerQueue, fmt.Sprintf("FENCEQ_WORKER=old-%d", i))
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		workers = append(workers, cmd)
+		workerOut = append(workerOut, out)
+	}
+	workerEnqueued := map[uint64]bool{}
+	var workerMu sync.Mutex
+
 	var phase atomic.Int32 // how many replicas run today's build
 	stop := make(chan struct{})
 	var side sync.WaitGroup
 
+	side.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			s, raw, err := clients[i%3].do("POST", "/v1/jobs", fmt.Sprintf(`{"queue":%q,"payload":{"w":%d}}`, workerQueue, i))
+			var j crashJob
+			if err == nil && s == http.StatusCreated && json.Unmarshal(raw, &j) == nil {
+				workerMu.Lock()
+				workerEnqueued[j.ID] = true
+				workerMu.Unlock()
+			} else if err == nil {
+				acks.badf("enqueue for the old workers: status %d %s", s, raw)
+			}
+		}
+	})
+
 	// The long-poll: waits on replica 2 (replaced last), the job is
-	// enqueued through replica 0 (replaced first) once it waits.
+	// enqueued through replica 0 (replaced first; replica 1 while 0 is
+	// down) once it waits.
 	var woken [4]atomic.Int64
 	var lpMissed []string
+	var lpSkipped [4][]string
 	var lpMu sync.Mutex
 	side.Go(func() {
 		lp, prod := clients[2], clients[0]
@@ -79,9 +123,18 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 			}()
 			time.Sleep(200 * time.Millisecond)
 			enq, _, err := prod.do("POST", "/v1/jobs", fmt.Sprintf(`{"queue":%q,"payload":{"n":%d}}`, lpQueue, n))
+			if err != nil {
+				// Replica 0 is being replaced: through replica 1, so that
+				// the long-poll does not wait out its time for nothing.
+				enq, _, err = clients[1].do("POST", "/v1/jobs", fmt.Sprintf(`{"queue":%q,"payload":{"n":%d}}`, lpQueue, n))
+			}
 			a := <-got
 			if a.err != nil || err != nil || enq != http.StatusCreated || phase.Load() != ph {
-				continue // a replica was down or replaced meanwhile
+				// A replica was down or replaced meanwhile.
+				lpMu.Lock()
+				lpSkipped[ph] = append(lpSkipped[ph], fmt.Sprintf("long-poll %d %v, enqueue %d %v, phase %d->%d", a.status, a.err, enq, err, ph, phase.Load()))
+				lpMu.Unlock()
+				continue
 			}
 			var j crashJob
 			switch {
@@ -175,7 +228,7 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 
 	started := time.Now()
 	for i, s := range srvs {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(2 * time.Second)
 		if err := s.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -190,6 +243,12 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 	close(stop)
 	side.Wait()
 	stopLoad()
+	for i, w := range workers {
+		_ = w.Process.Signal(syscall.SIGTERM)
+		if err := w.Wait(); err != nil {
+			t.Errorf("the %s worker %d: %v\n%s", version, i, err, workerOut[i])
+		}
+	}
 	time.Sleep(crashLease + 100*time.Millisecond)
 
 	store, err := postgres.Open(context.Background(), dbURL, postgres.Options{})
@@ -197,11 +256,39 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 		t.Fatal(err)
 	}
 	checkStoreAcks(t, store, acks, "after the rolling upgrade")
+	workerDone := 0
+	completedBy := map[uint64]string{}
+	for i, out := range workerOut {
+		for _, line := range strings.Split(out.String(), "\n") {
+			var id, token uint64
+			var outcome string
+			if n, _ := fmt.Sscanf(line, "done %d %d %s", &id, &token, &outcome); n != 3 || outcome != "completed" {
+				continue
+			}
+			workerDone++
+			if prev, ok := completedBy[id]; ok {
+				t.Errorf("job %d completed by the %s workers twice (%s, then worker %d with token %d)", id, version, prev, i, token)
+			}
+			completedBy[id] = fmt.Sprintf("worker %d with token %d", i, token)
+			j, err := store.GetJob(context.Background(), id)
+			if err != nil || j.State != "completed" || j.Attempts != token || !workerEnqueued[id] {
+				t.Errorf("job %d, completed by the %s worker %d with token %d: %+v, %v (enqueue acknowledged: %v)", id, version, i, token, j, err, workerEnqueued[id])
+			}
+		}
+	}
+	for id := range workerEnqueued {
+		if _, err := store.GetJob(context.Background(), id); err != nil {
+			t.Errorf("job %d for the old workers, acknowledged: %v", id, err)
+		}
+	}
+	if workerDone == 0 {
+		t.Errorf("the %s workers completed nothing; their output:\n%s\n%s\n%s", version, workerOut[0], workerOut[1], workerOut[2])
+	}
 	store.Close()
 	for {
-		// The long-poll's queue: a job enqueued while its replica was
-		// replaced waits there.
-		s, raw, err := srvs[1].client.do("POST", "/v1/claim", fmt.Sprintf(`{"worker":"drain","queues":[%q],"lease_ms":30000,"max":100}`, lpQueue))
+		// The long-poll's queue (a job enqueued while its replica was
+		// replaced waits there) and the old workers'.
+		s, raw, err := srvs[1].client.do("POST", "/v1/claim", fmt.Sprintf(`{"worker":"drain","queues":[%q,%q],"lease_ms":30000,"max":100}`, lpQueue, workerQueue))
 		var page struct{ Jobs []crashJob }
 		if err != nil || s != http.StatusOK || json.Unmarshal(raw, &page) != nil {
 			break
@@ -222,7 +309,7 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 
 	for ph := range woken {
 		if woken[ph].Load() == 0 {
-			t.Errorf("phase %d (%d of 3 replicas on today's build): no long-poll was woken by an enqueue through another replica", ph, ph)
+			t.Errorf("phase %d (%d of 3 replicas on today's build): no long-poll was woken by an enqueue through another replica; rounds skipped: %q", ph, ph, lpSkipped[ph])
 		}
 	}
 	for _, m := range lpMissed {
@@ -236,7 +323,7 @@ func TestRollingUpgrade_ThreeReplicasOfThePreviousReleaseReplacedOneAtATimeUnder
 	}
 	acks.mu.Lock()
 	defer acks.mu.Unlock()
-	t.Logf("rolling upgrade %s -> today in %v: %d enqueues and %d completions acknowledged, %d claims, %d stale completions refused; long-polls woken per phase %d/%d/%d/%d; %d lease renewals, the contender won %d times (tokens up to %d), %d renewals with a taken-over token refused; %d jobs drained; none lost, none completed twice",
-		version, time.Since(started).Round(time.Millisecond), len(acks.enqueued), len(acks.completed), st.claims.Load(), st.stale.Load(),
+	t.Logf("rolling upgrade %s -> today in %v: %d enqueues and %d completions acknowledged, %d claims, %d stale completions refused; %d jobs for the %s workers, %d completed by them; long-polls woken per phase %d/%d/%d/%d; %d lease renewals, the contender won %d times (tokens up to %d), %d renewals with a taken-over token refused; %d jobs drained; none lost, none completed twice",
+		version, time.Since(started).Round(time.Millisecond), len(acks.enqueued), len(acks.completed), st.claims.Load(), st.stale.Load(), len(workerEnqueued), version, workerDone,
 		woken[0].Load(), woken[1].Load(), woken[2].Load(), woken[3].Load(), renewals.Load(), contenderWins.Load(), granted.Load(), staleRefused.Load(), drained)
 }
