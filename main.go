@@ -44,6 +44,7 @@ Usage:
   fenceq token new NAME --roles ROLE[,ROLE]   print a new bearer token and its auth-file line
   fenceq bench [flags]                        load a running server over HTTP and report jobs/s, latency, commits
   fenceq copy --from FILE --to postgres://…   copy a bbolt file (server stopped) into an empty PostgreSQL database
+  fenceq migrate [--dry-run] --db FILE|URL    bring a store to this build's schema (serve does at start); --dry-run prints the steps
   fenceq version [--json]                     print the version, commit and Go version (also --version)
   fenceq help [COMMAND]                       show this help, or a command's (as COMMAND --help)
 
@@ -108,9 +109,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // mainCommands are the commands of package main; every other command is
 // internal/cli's (cli.Names), and "help" is run's own.
 var mainCommands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error{
-	"serve": serve,
-	"bench": bench.Command,
-	"copy":  cli.Copy,
+	"serve":   serve,
+	"bench":   bench.Command,
+	"copy":    cli.Copy,
+	"migrate": cli.Migrate,
 	"version": func(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return versionCommand(args, stdout, stderr)
 	},

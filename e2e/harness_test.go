@@ -334,16 +334,21 @@ type crashServer struct {
 	listen string
 	proc   *proc
 	client *crashClient
+	bin    string // the binary to run; "" is fenceqBin (another build: builds_test.go)
 }
 
 func (s *crashServer) start() {
 	s.t.Helper()
-	p := start(s.t, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
+	bin := s.bin
+	if bin == "" {
+		bin = fenceqBin
+	}
+	p := startBin(s.t, bin, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
 	base := p.addrOrEmpty()
 	if base == "" && s.listen != "127.0.0.1:0" {
 		// Somebody took the port while the server was down: a new one.
 		s.listen = "127.0.0.1:0"
-		p = start(s.t, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
+		p = startBin(s.t, bin, nil, "serve", "--db", s.path, "--listen", s.listen, "--max-lease", "1m")
 		base = p.addrOrEmpty()
 	}
 	if base == "" {
@@ -538,6 +543,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	cleanupBuilds()
 	os.Exit(code)
 }
 
@@ -582,11 +588,22 @@ func cleanEnv(env ...string) []string {
 // if the test did not end it.
 func start(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(fenceqBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	return startBin(t, fenceqBin, env, args...)
+}
+
+// startWith runs another build of fenceq (builds_test.go) as start does.
+func startWith(t testing.TB, bin string, args ...string) *proc {
+	t.Helper()
+	return startBin(t, bin, nil, args...)
+}
+
+func startBin(t testing.TB, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Env = cleanEnv(env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s %v: %v", fenceqBin, args, err)
+		t.Fatalf("start %s %v: %v", bin, args, err)
 	}
 	go func() {
 		p.waitErr = p.cmd.Wait()

@@ -3,6 +3,7 @@ package bolt
 import (
 	"bytes"
 	"fmt"
+	"os"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/internal/msgrec"
@@ -202,4 +203,68 @@ func buildAuditIndexes(tx *bbolt.Tx) error {
 func isEmptyBucket(b *bbolt.Bucket) bool {
 	k, _ := b.Cursor().First()
 	return k == nil
+}
+
+// upgradeSteps say what each upgrade of upgrades does, for
+// "fenceq migrate --dry-run".
+var upgradeSteps = map[uint64]string{
+	1:                        "fill idx_dead, idx_audit_subject and audit_counts from the jobs and the audit chain",
+	2:                        "record meta audit_checkpoint's meaning (nothing to write)",
+	pausedQueuesSchema - 1:   "add the queue_paused bucket (empty: nothing is paused)",
+	scheduledQueueSchema - 1: "fill idx_scheduled_queue from idx_scheduled",
+	observationsSchema - 1:   "add the refused, idx_refused_job, workers and idx_workers_seen buckets (empty)",
+}
+
+// UpgradeStep is one step of a file's upgrade: from schema version From to
+// From+1.
+type UpgradeStep struct {
+	From uint64
+	What string
+}
+
+// MigrateReport says what a migration of a file found and did (or, dry,
+// would do).
+type MigrateReport struct {
+	From, To uint64 // schema versions before and after; From 0: no fenceq file yet
+	Steps    []UpgradeStep
+}
+
+// Migrate brings the file at path to this build's schema version, as Open
+// does in its first transaction, and reports the steps; with dryRun it
+// opens the file read-only, changes nothing and reports the steps it would
+// take. A file that does not exist is refused (Open would create it), as
+// is a newer file (db.ErrSchemaNewer) and one another process holds
+// (ErrLocked, after opts.LockTimeout).
+func Migrate(path string, opts Options, dryRun bool) (MigrateReport, error) {
+	var rep MigrateReport
+	if _, err := os.Stat(path); err != nil {
+		return rep, fmt.Errorf("db: migrate %s: %w", path, err)
+	}
+	ro := opts
+	ro.ReadOnly = true
+	s, err := Open(path, ro)
+	if err != nil {
+		return rep, err
+	}
+	err = s.bolt.View(func(tx *bbolt.Tx) error {
+		have, err := openSchema(tx, path)
+		rep.From = have
+		return err
+	})
+	s.Close()
+	if err != nil {
+		return rep, err
+	}
+	rep.To = schemaVersion
+	for v := rep.From; v != 0 && v < schemaVersion; v++ {
+		rep.Steps = append(rep.Steps, UpgradeStep{From: v, What: upgradeSteps[v]})
+	}
+	if dryRun || len(rep.Steps) == 0 {
+		return rep, nil
+	}
+	s, err = Open(path, opts)
+	if err != nil {
+		return rep, err
+	}
+	return rep, s.Close()
 }

@@ -107,14 +107,16 @@ func randHex(n int) string {
 }
 
 // TestSchema_ANewerMigrationStopsARunningReplica: a replica that is running
-// when a newer build migrates the database (issue 30 item 3) serves
-// nothing more: every write is 503 unavailable naming both versions (never
-// a 500 for a column that is not there, never a write under its older
-// rules), /readyz fails, and /metrics leaves out the figures it can no
-// longer read right. Two newer migrations: one that only adds (the
-// replica's statements still succeed: the version read with the audit
-// head stops it) and one that renames a column the replica writes (its
-// statement fails, and the replica looks at the version).
+// when a newer build migrates the database (issue 30 item 3) and raises its
+// minimum writer version above this replica's (issue 29) serves nothing
+// more: every write is 503 unavailable naming both versions (never a 500
+// for a column that is not there, never a write under its older rules),
+// /readyz fails, and /metrics leaves out the figures it can no longer read
+// right. Three newer migrations: one that only adds (the replica's
+// statements still succeed: the minimum read with the audit head stops it)
+// and two that rename a column the replica writes (its statement fails,
+// and the replica looks at the minimum). The replica is built as v0.2.0
+// (Options.Version), the newer build's minimum is v0.3.0.
 func TestSchema_ANewerMigrationStopsARunningReplica(t *testing.T) {
 	for _, tc := range []struct{ name, migration string }{
 		{"adds a table", `CREATE TABLE fenceq_newer (id bigint PRIMARY KEY)`},
@@ -123,7 +125,7 @@ func TestSchema_ANewerMigrationStopsARunningReplica(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := newTestDB(t)
-			s := mustOpen(t, u, Options{})
+			s := mustOpen(t, u, Options{Version: "v0.2.0"})
 			srv := httptest.NewServer(api.New(s, api.Config{WriteTimeout: 10 * time.Second}))
 			defer srv.Close()
 			defer s.Close() // before mustOpen's Check, which an outdated replica refuses
@@ -157,13 +159,16 @@ func TestSchema_ANewerMigrationStopsARunningReplica(t *testing.T) {
 			if _, err := admin.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, newer); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := admin.Exec(bg, `UPDATE fenceq_audit_head SET min_writer = 'v0.3.0' WHERE id = 1`); err != nil {
+				t.Fatal(err)
+			}
 			jobsIn := func() (n int) {
 				if err := admin.QueryRow(bg, `SELECT count(*) FROM fenceq_jobs`).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n
 			}
-			wantVersions := fmt.Sprintf("schema version %d by a newer fenceq; this fenceq knows versions up to %d", newer, SchemaVersion())
+			wantVersions := "requires fenceq v0.3.0 or newer to write to it (its minimum writer version, raised by a newer fenceq's migration); this fenceq is v0.2.0"
 			for i := range 2 {
 				status, body := call("POST", "/v1/jobs", `{"queue":"q","payload":{"n":2}}`)
 				if status != http.StatusServiceUnavailable || !strings.Contains(body, `"unavailable"`) || !strings.Contains(body, wantVersions) {

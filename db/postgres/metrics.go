@@ -14,7 +14,7 @@ var (
 	descPoolConns = prometheus.NewDesc("fenceq_postgres_pool_connections",
 		"Connections of this replica's pool to PostgreSQL, by state.", []string{"state"}, nil)
 	descSchema = prometheus.NewDesc("fenceq_postgres_schema_version",
-		"The newest PostgreSQL schema version this build knows (of=\"build\") and the database's as this replica last saw it (of=\"database\"); a database above the build means a newer fenceq migrated it, and this replica serves nothing.", []string{"of"}, nil)
+		"The newest PostgreSQL schema version this build knows (of=\"build\") and the database's as this replica last saw it (of=\"database\"); a database above the build means a newer fenceq migrated it (this replica goes on serving unless the database's minimum writer version is above its own).", []string{"of"}, nil)
 )
 
 // Describe implements prometheus.Collector.

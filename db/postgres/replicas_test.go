@@ -54,20 +54,30 @@ func TestOpen_ThreeReplicasStartingAtOnceMigrateOnce(t *testing.T) {
 	}
 }
 
-func TestOpen_RefusesASchemaNewerThanTheBinary(t *testing.T) {
+// TestOpen_RefusesADatabaseWhoseMinimumWriterIsAboveTheBuild: a newer
+// build migrated the database and raised its minimum writer version; an
+// older build's start is refused naming both versions, and changes
+// nothing. (Before issue 29 any newer schema refused every older start.)
+func TestOpen_RefusesADatabaseWhoseMinimumWriterIsAboveTheBuild(t *testing.T) {
 	u := newTestDB(t)
 	s := mustOpen(t, u, Options{})
 	if _, err := s.pool.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, SchemaVersion()+1); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(bg, u, Options{})
-	want := fmt.Sprintf("has schema version %d and this build reads versions up to %d", SchemaVersion()+1, SchemaVersion())
+	if _, err := s.pool.Exec(bg, `UPDATE fenceq_audit_head SET min_writer = 'v0.3.0' WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(bg, u, Options{Version: "v0.2.0"})
+	want := fmt.Sprintf("(schema version %d) requires fenceq v0.3.0 or newer to write to it (its minimum writer version); this fenceq is v0.2.0", SchemaVersion()+1)
 	if !errors.Is(err, db.ErrSchemaNewer) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("Open() on a newer schema = %v, want an error saying %q", err, want)
+		t.Fatalf("Open() below the minimum writer version = %v, want an error saying %q", err, want)
 	}
 	var n int
 	if err := s.pool.QueryRow(bg, `SELECT count(*) FROM fenceq_schema`).Scan(&n); err != nil || n != SchemaVersion()+1 {
 		t.Fatalf("fenceq_schema rows after the refused start = %d, %v; want %d (nothing changed)", n, err, SchemaVersion()+1)
+	}
+	if _, err := Open(bg, u, Options{Version: "v0.3.0"}); err != nil {
+		t.Fatalf("Open() at the minimum writer version = %v, want it to open", err)
 	}
 }
 

@@ -75,6 +75,11 @@ type Options struct {
 	// by the given amount, to show that this engine never judges a lease
 	// by it.
 	LocalClockSkew time.Duration
+	// Version is this build's release version (vMAJOR.MINOR.PATCH), held
+	// against the database's minimum writer version: a build below it is
+	// refused at Open and stops serving when the minimum rises while it
+	// runs (schema.go). "" (tests) is never below it.
+	Version string
 }
 
 func (o *Options) setDefaults() {
@@ -142,8 +147,10 @@ func IsURL(dsn string) bool {
 // Open connects to the database at url, applies the schema migrations it
 // lacks (in one transaction, under an advisory lock, so that replicas
 // starting together do not race) and starts the store. It refuses a
-// malformed URL, a server it cannot reach or log in to, and a schema newer
-// than this build knows, each with a message that says which.
+// malformed URL, a server it cannot reach or log in to, and a database
+// whose minimum writer version is above opts.Version (ErrSchemaNewer),
+// each with a message that says which. A schema migrated further than this
+// build knows by a newer build is served while the minimum allows.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	testClock := opts.Now != nil
 	if !testClock && opts.LocalClockSkew != 0 {
@@ -158,8 +165,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg.MaxConns = opts.MaxConns
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
-	gate := &schemaGate{}
-	gate.seen.Store(int64(SchemaVersion())) // migrate brings it there, or refuses
+	gate := &schemaGate{build: opts.Version}
+	gate.seen.Store(int64(SchemaVersion())) // migrate brings it there, or further
 	cfg.PrepareConn = gate.prepareConn
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -171,10 +178,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, connectError(cfg.ConnConfig, err)
 	}
-	if err := migrate(cctx, pool); err != nil {
+	rep, err := migrate(cctx, pool, opts.Version, false)
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	_ = gate.saw(int64(rep.To), rep.MinWriter)
 	// Replicas share a channel per schema: several fenceq databases may
 	// live in schemas of one PostgreSQL database (search_path).
 	var schema string
@@ -284,42 +293,139 @@ func migrationNames() ([]string, error) {
 // migrationLock is the advisory lock key under which migrations run.
 const migrationLock = 0x66656e6365710001 // "fenceq" 0001
 
+// Migration is one step of a migration: a numbered SQL file of this build.
+type Migration struct {
+	Version int    // the schema version it brings the database to
+	Name    string // its file name, 0004_observations.sql
+	SQL     string
+	// RaisesMinWriter: the migration brings in what older builds cannot
+	// honour, and raises the minimum writer version to this build's.
+	RaisesMinWriter bool
+}
+
+// MigrateReport says what a migration found and did (or, dry, would do).
+type MigrateReport struct {
+	From, To  int         // schema versions before and after
+	Steps     []Migration // the migrations applied (or to apply), in order
+	MinWriter string      // the minimum writer version after
+}
+
+// raisesMinWriterMark is the line a migration carries when it raises the
+// minimum writer version (docs/operations.md).
+const raisesMinWriterMark = "-- fenceq: raises the minimum writer version"
+
+// Migrate applies the schema migrations the database at url lacks, as
+// Open does at start, and reports them; with dryRun it changes nothing and
+// reports the migrations it would apply. It refuses what Open refuses: a
+// database whose minimum writer version is above opts.Version.
+func Migrate(ctx context.Context, url string, opts Options, dryRun bool) (MigrateReport, error) {
+	opts.setDefaults()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return MigrateReport{}, fmt.Errorf("db: postgres: the database URL is malformed: %v", redact(err))
+	}
+	cfg.MaxConns = 2
+	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq migrate"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return MigrateReport{}, fmt.Errorf("db: postgres: %v", redact(err))
+	}
+	defer pool.Close()
+	cctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	if err := pool.Ping(cctx); err != nil {
+		return MigrateReport{}, connectError(cfg.ConnConfig, err)
+	}
+	return migrate(ctx, pool, opts.Version, dryRun)
+}
+
 // migrate applies the migrations the database lacks, all in one
 // transaction under an advisory lock: a replica that starts while another
-// migrates waits, then finds the schema current.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// migrates waits, then finds the schema current. A database migrated
+// further than this build knows is left as it is: a newer build's
+// migrations only expand the schema, and its minimum writer version says
+// whether this build may still write. dryRun rolls the transaction back
+// before any migration runs.
+func migrate(ctx context.Context, pool *pgxpool.Pool, build string, dryRun bool) (MigrateReport, error) {
+	var rep MigrateReport
 	names, err := migrationNames()
 	if err != nil {
-		return err
+		return rep, err
 	}
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	errDry := errors.New("dry run")
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
 			return fmt.Errorf("db: postgres: migration lock: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('fenceq_schema') IS NOT NULL`).Scan(&exists); err != nil {
 			return fmt.Errorf("db: postgres: schema table: %w", err)
 		}
-		var have int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fenceq_schema`).Scan(&have); err != nil {
-			return fmt.Errorf("db: postgres: schema version: %w", err)
+		have := 0
+		if exists {
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fenceq_schema`).Scan(&have); err != nil {
+				return fmt.Errorf("db: postgres: schema version: %w", err)
+			}
 		}
-		if _, err := db.CheckSchema("the PostgreSQL database", uint64(have), uint64(len(names))); err != nil {
-			return err
-		}
+		rep.From, rep.To = have, max(have, len(names))
 		for v := have + 1; v <= len(names); v++ {
 			sql, err := migrations.ReadFile("migrations/" + names[v-1])
 			if err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, string(sql)); err != nil {
-				return fmt.Errorf("db: postgres: migration %s: %w", names[v-1], err)
+			rep.Steps = append(rep.Steps, Migration{Version: v, Name: names[v-1], SQL: string(sql),
+				RaisesMinWriter: strings.Contains(string(sql), raisesMinWriterMark)})
+		}
+		if dryRun {
+			if have >= minWriterSchema {
+				if err := tx.QueryRow(ctx, `SELECT min_writer FROM fenceq_audit_head WHERE id = 1`).Scan(&rep.MinWriter); err != nil {
+					return fmt.Errorf("db: postgres: minimum writer version: %w", err)
+				}
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v); err != nil {
+			return errDry
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("db: postgres: schema table: %w", err)
+		}
+		raise := false
+		for _, m := range rep.Steps {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("db: postgres: migration %s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO fenceq_schema (version) VALUES ($1)`, m.Version); err != nil {
 				return err
 			}
+			raise = raise || m.RaisesMinWriter
 		}
-		return nil
+		if err := tx.QueryRow(ctx, `SELECT min_writer FROM fenceq_audit_head WHERE id = 1`).Scan(&rep.MinWriter); err != nil {
+			return fmt.Errorf("db: postgres: minimum writer version: %w", err)
+		}
+		if raise && build != "" && versionLess(rep.MinWriter, build) {
+			if _, err := tx.Exec(ctx, `UPDATE fenceq_audit_head SET min_writer = $1 WHERE id = 1`, build); err != nil {
+				return fmt.Errorf("db: postgres: minimum writer version: %w", err)
+			}
+			rep.MinWriter = build
+		}
+		return minWriterError(build, rep.MinWriter, have)
 	})
+	if errors.Is(err, errDry) {
+		err = minWriterError(build, rep.MinWriter, rep.From)
+	}
+	return rep, err
+}
+
+// minWriterSchema is the schema version that brought the minimum writer
+// version (0005_min_writer.sql).
+const minWriterSchema = 5
+
+// minWriterError refuses a build below the database's minimum writer
+// version, naming both, as ErrSchemaNewer.
+func minWriterError(build, minWriter string, schema int) error {
+	if build == "" || minWriter == "" || !versionLess(build, minWriter) {
+		return nil
+	}
+	return fmt.Errorf("%w: the PostgreSQL database (schema version %d) requires fenceq %s or newer to write to it (its minimum writer version); this fenceq is %s: run %s or newer", db.ErrSchemaNewer, schema, minWriter, build, minWriter)
 }
 
 // Close refuses new requests with db.ErrClosed, waits for the batch in
@@ -392,10 +498,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	default:
 	}
 	var v int64
-	if err := s.pool.QueryRow(context.WithValue(ctx, gateKey{}, true), `SELECT `+schemaVersionSQL).Scan(&v); err != nil {
+	var minWriter string
+	if err := s.pool.QueryRow(context.WithValue(ctx, gateKey{}, true), gateSQL).Scan(&v, &minWriter); err != nil {
 		return s.readError(err)
 	}
-	return s.gate.saw(v)
+	return s.gate.saw(v, minWriter)
 }
 
 // clockArg is parameter $1 of nowSQL: NULL, for the database's clock, or
@@ -1022,9 +1129,10 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	}
 	s.queueCounts(b, w)
 	nCounts := b.Len()
-	// The schema version comes with the head row: a replica that a newer
-	// build's migration left behind commits nothing more (schema.go).
-	b.Queue(`SELECT seq, hash, last_time, ` + schemaVersionSQL + ` FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
+	// The schema version and the minimum writer version come with the
+	// head row: a replica that a newer build's migration left behind
+	// commits nothing more (schema.go).
+	b.Queue(`SELECT seq, hash, last_time, ` + schemaVersionSQL + `, min_writer FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
 	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
 	if len(claimed) > 0 {
 		// A claim that looked before another replica's pause committed
@@ -1047,8 +1155,9 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	}
 	var head auditHead
 	var seq, version int64
+	var minWriter string
 	if err == nil {
-		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime, &version)
+		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime, &version, &minWriter)
 	}
 	head.seq = uint64(seq)
 	paused := false
@@ -1061,7 +1170,7 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := s.gate.saw(version); err != nil {
+	if err := s.gate.saw(version, minWriter); err != nil {
 		return false, err
 	}
 	if paused {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // Set by release builds with -ldflags -X (scripts/release.sh).
@@ -23,6 +24,35 @@ var (
 	commit     string
 	commitTime string // RFC 3339
 )
+
+// Source is the release the source of this build becomes: the version a
+// build from a clone (without a stamped release version) writes as, held
+// against a PostgreSQL database's minimum writer version. It is raised
+// when a release is tagged (docs/releases.tsv, CHANGELOG.md).
+const Source = "v0.2.0"
+
+// WriterVersion is the release version this build writes to a database
+// as: the stamped version when it is a release (vMAJOR.MINOR.PATCH and
+// nothing after), else Source.
+func WriterVersion() string {
+	if isRelease(version) {
+		return version
+	}
+	return Source
+}
+
+func isRelease(v string) bool {
+	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if !strings.HasPrefix(v, "v") || len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
+}
 
 // Info describes the running binary.
 type Info struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/db/postgres"
+	"github.com/fenceq/fenceq/internal/buildinfo"
 )
 
 // Kind is a storage engine.
@@ -66,7 +67,7 @@ type Options struct {
 // is bolt.ErrLocked, wrapped with a hint.
 func Open(ctx context.Context, dsn string, opts Options) (db.Store, error) {
 	if Of(dsn) == Postgres {
-		return postgres.Open(ctx, dsn, postgres.Options{Rules: opts.Rules})
+		return postgres.Open(ctx, dsn, postgres.Options{Rules: opts.Rules, Version: buildinfo.WriterVersion()})
 	}
 	store, err := bolt.Open(dsn, bolt.Options{Rules: opts.Rules, SettleTime: settleOption(opts.CommitSettle),
 		MaxSize: opts.MaxSize, NoSync: opts.NoSync})

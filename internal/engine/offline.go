@@ -15,6 +15,7 @@ import (
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
 	"github.com/fenceq/fenceq/db/postgres"
+	"github.com/fenceq/fenceq/internal/buildinfo"
 )
 
 // VerifyAudit walks the audit chain of the store path names, offline: a
@@ -26,7 +27,7 @@ import (
 func VerifyAudit(ctx context.Context, path string, stderr io.Writer) (db.AuditReport, error) {
 	if Of(path) == Postgres {
 		// A PostgreSQL database: verified in one snapshot, servers running or not.
-		store, err := postgres.Open(ctx, path, postgres.Options{})
+		store, err := postgres.Open(ctx, path, postgres.Options{Version: buildinfo.WriterVersion()})
 		if err != nil {
 			return db.AuditReport{}, err
 		}
