@@ -2,7 +2,9 @@
 # The Python and TypeScript clients (issue 27): Debian's python3 tools,
 # the package installed into a fresh venv with no index, mypy --strict and
 # pytest against the real binary; the TypeScript package from its lockfile,
-# tsc --strict and node --test. The generated types' drift check is a Go
+# its generated types checked for drift, tsc --strict and node --test (the
+# built dist/ is what e2e's worker-protocol suite runs). The Python types' drift
+# check is a Go
 # test (internal/sdkgen), run by go test ./... . Exits non-zero on the
 # first failure.
 set -euo pipefail
@@ -35,5 +37,12 @@ echo "== clients/python: mypy --strict, pytest"
 
 if [[ -f clients/typescript/package.json ]]; then
   echo "== clients/typescript: npm ci, tsc --strict, node --test"
-  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npm run --silent build && npm test --silent)
+  (cd clients/typescript && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  echo "== clients/typescript: src/schema.ts is what openapi-typescript writes from api/openapi.json"
+  (cd clients/typescript && node_modules/.bin/openapi-typescript ../../api/openapi.json -o "$work/schema.ts" >/dev/null 2>&1)
+  diff -q clients/typescript/src/schema.ts "$work/schema.ts" >/dev/null ||
+    { echo "clients/typescript/src/schema.ts drifted from api/openapi.json: run npm run gen in clients/typescript" >&2; exit 1; }
+  (cd clients/typescript && npm run --silent build && npm test --silent >"$work/node-test.log" 2>&1) ||
+    { cat "$work/node-test.log"; exit 1; }
+  grep -E '^# (pass|fail)' "$work/node-test.log"
 fi

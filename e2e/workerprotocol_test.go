@@ -2,7 +2,7 @@ package e2e
 
 // The worker-protocol suite (issue 27): every worker fenceq ships — the Go
 // Worker (api/client), the Python Worker (clients/python), the TypeScript
-// Worker (clients/typescript) — runs as a process of its own language against
+// Worker (clients/typescript, built) — runs as a process of its own language against
 // the real binary, through the same scenarios. Each program takes WP_URL,
 // WP_QUEUE, WP_NAME and WP_LEASE_MS, runs jobs whose payload is
 // {"sleep_ms": N, "result": R} (it sleeps N ms, returns {"by": name, "r":
@@ -143,6 +143,18 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 			}
 			cmd := exec.Command(py, "-u", filepath.Join(root, "e2e", "testdata", "workers", "worker.py"))
 			cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients", "python"))
+			return cmd
+		}},
+		{"typescript", func(t *testing.T) *exec.Cmd {
+			node := need(t, "node", "the TypeScript worker")
+			if _, err := os.Stat(filepath.Join(root, "clients", "typescript", "dist", "src", "index.js")); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("clients/typescript is not built (.ci/clients.sh builds it before go test): %v", err)
+				}
+				t.Skipf("clients/typescript is not built (cd clients/typescript && npm ci && npm run build): %v", err)
+			}
+			cmd := exec.Command(node, filepath.Join(root, "e2e", "testdata", "workers", "worker.mjs"))
+			cmd.Env = os.Environ()
 			return cmd
 		}},
 	}
