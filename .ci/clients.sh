@@ -3,10 +3,9 @@
 # the package installed into a fresh venv with no index, mypy --strict and
 # pytest against the real binary; the TypeScript package from its lockfile,
 # its generated types checked for drift, tsc --strict and node --test (the
-# built dist/ is what e2e's worker-protocol suite runs). The Python types' drift
-# check is a Go
-# test (internal/sdkgen), run by go test ./... . Exits non-zero on the
-# first failure.
+# built dist/ is what e2e's worker-protocol suite runs). The Python types'
+# drift check is a Go test (internal/sdkgen), run by go test ./... .
+# Exits non-zero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

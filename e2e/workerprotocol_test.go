@@ -429,3 +429,101 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 		})
 	}
 }
+
+// docBlock returns the fenced block right after the line marker in a page of docs/.
+func docBlock(t *testing.T, page, marker string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "docs", page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(raw), marker+"\n")
+	if !ok || !strings.HasPrefix(rest, "```") {
+		t.Fatalf("docs/%s has no fenced block right after %q", page, marker)
+	}
+	_, rest, _ = strings.Cut(rest, "\n")
+	block, _, ok := strings.Cut(rest, "\n```")
+	if !ok {
+		t.Fatalf("docs/%s: the block after %q does not end", page, marker)
+	}
+	return block + "\n"
+}
+
+func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T) {
+	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "docs.db"), "--listen", "127.0.0.1:0")
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range protocolWorkers(t) {
+		if pw.name == "go" {
+			continue // the Go Worker's example is api/client's Example tests
+		}
+		t.Run(pw.name, func(t *testing.T) {
+			probe := pw.command(t) // skips or fails as the suite does when the language is missing
+			dir := t.TempDir()
+			var cmd *exec.Cmd
+			switch pw.name {
+			case "python":
+				file := filepath.Join(dir, "worker.py")
+				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: python-worker -->")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				cmd = exec.Command(probe.Path, "-u", file)
+				cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients", "python"))
+			case "typescript":
+				// "fenceq" resolves to clients/typescript through node_modules, as after npm install.
+				if err := os.MkdirAll(filepath.Join(dir, "node_modules"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Symlink(filepath.Join(root, "clients", "typescript"), filepath.Join(dir, "node_modules", "fenceq")); err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(dir, "worker.mjs")
+				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: typescript-worker -->")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				cmd = exec.Command(probe.Path, file)
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, "FENCEQ_URL="+base)
+			out := &syncBuffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+			})
+			status, job := call(t, "POST", base+"/v1/jobs", `{"queue":"emails","payload":{"to":"ada@example.com"}}`)
+			wantStatus(t, "enqueue", status, job, http.StatusCreated)
+			id := job["id"].(float64)
+			deadline := time.Now().Add(20 * time.Second)
+			for getJob(t, base, id)["state"] != "completed" {
+				if time.Now().After(deadline) {
+					t.Fatalf("the example did not complete job %v within 20 s; its output:\n%s", id, out)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if r, _ := getJob(t, base, id)["result"].(map[string]any); r["sent"] != true {
+				t.Fatalf("result %v, want the example's {sent: true}", r)
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Fatalf("the example exited with %v after SIGTERM, want 0; output:\n%s", err, out)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the example did not exit within 15 s of SIGTERM; output:\n%s", out)
+			}
+			if !strings.Contains(out.String(), "with token 1") {
+				t.Errorf("the example's output %q does not show the token it was handed", out)
+			}
+		})
+	}
+}
