@@ -2,7 +2,7 @@ package e2e
 
 // The worker-protocol suite (issue 27): every worker fenceq ships — the Go
 // Worker (api/client), the Python Worker (clients/python), the TypeScript
-// Worker (clients/typescript, built) — runs as a process of its own language against
+// Worker (clients/typescript, built), fenceq worker --exec — runs as a process of its own language against
 // the real binary, through the same scenarios. Each program takes WP_URL,
 // WP_QUEUE, WP_NAME and WP_LEASE_MS, runs jobs whose payload is
 // {"sleep_ms": N, "result": R} (it sleeps N ms, returns {"by": name, "r":
@@ -12,9 +12,11 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -97,10 +99,13 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 }
 
-// protocolWorker is one implementation under test: how to start it.
+// protocolWorker is one implementation under test: how to start it. With
+// fromLog, the events are read from the process's stderr and translated
+// (fenceq worker --exec: its JSON log and its command's start events).
 type protocolWorker struct {
 	name    string
 	command func(t *testing.T) *exec.Cmd
+	fromLog bool
 }
 
 // protocolWorkers are the workers the suite runs. Outside CI a worker
@@ -129,7 +134,7 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 			cmd := exec.Command(self, "-test.run=^$")
 			cmd.Env = append(os.Environ(), "FENCEQ_TEST_PROTOCOL_WORKER=1")
 			return cmd
-		}},
+		}, false},
 		{"python", func(t *testing.T) *exec.Cmd {
 			py := "/usr/bin/python3"
 			if _, err := os.Stat(py); err != nil {
@@ -144,7 +149,7 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 			cmd := exec.Command(py, "-u", filepath.Join(root, "e2e", "testdata", "workers", "worker.py"))
 			cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "clients", "python"))
 			return cmd
-		}},
+		}, false},
 		{"typescript", func(t *testing.T) *exec.Cmd {
 			node := need(t, "node", "the TypeScript worker")
 			if _, err := os.Stat(filepath.Join(root, "clients", "typescript", "dist", "src", "index.js")); err != nil {
@@ -156,7 +161,14 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 			cmd := exec.Command(node, filepath.Join(root, "e2e", "testdata", "workers", "worker.mjs"))
 			cmd.Env = os.Environ()
 			return cmd
-		}},
+		}, false},
+		{"exec", func(t *testing.T) *exec.Cmd {
+			// exec: the process the suite stops and signals is the fenceq worker itself.
+			cmd := exec.Command("/bin/sh", "-c", `exec "$WP_FENCEQ" worker --json --server "$WP_URL" --queue "$WP_QUEUE" --name "$WP_NAME" `+
+				`--lease "${WP_LEASE_MS}ms" --concurrency 4 --drain-timeout 10s --exec "sh '$WP_HANDLER'"`)
+			cmd.Env = append(cleanEnv(), "WP_FENCEQ="+fenceqBin, "WP_HANDLER="+filepath.Join(root, "e2e", "testdata", "workers", "exec-handler.sh"))
+			return cmd
+		}, true},
 	}
 }
 
@@ -217,8 +229,15 @@ func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name 
 	t.Helper()
 	cmd := pw.command(t)
 	cmd.Env = append(cmd.Env, "WP_URL="+proxyURL, "WP_QUEUE="+queue, "WP_NAME="+name, "WP_LEASE_MS="+strconv.Itoa(leaseMS))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	var out io.Reader
+	var err error
+	if pw.fromLog {
+		cmd.Stdout = os.Stderr
+		out, err = cmd.StderrPipe()
+	} else {
+		cmd.Stderr = os.Stderr
+		out, err = cmd.StdoutPipe()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,17 +248,18 @@ func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name 
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			line := sc.Bytes()
+			if pw.fromLog {
+				line = line[max(0, bytes.IndexByte(line, '{')):] // "[job N] {…}": the command's stderr
+			}
 			var ev map[string]any
-			if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			if json.Unmarshal(line, &ev) != nil {
 				continue
 			}
-			rw.mu.Lock()
-			rw.events = append(rw.events, ev)
-			rw.mu.Unlock()
-			select {
-			case rw.more <- struct{}{}:
-			default:
+			if pw.fromLog {
+				ev = rw.translate(ev)
 			}
+			rw.add(ev)
 		}
 		rw.err = cmd.Wait()
 		close(rw.exited)
@@ -255,6 +275,56 @@ func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name 
 	})
 	rw.waitEvent(t, "ready", 0, 20*time.Second)
 	return rw
+}
+
+func (rw *runningWorker) add(ev map[string]any) {
+	if ev == nil {
+		return
+	}
+	rw.mu.Lock()
+	rw.events = append(rw.events, ev)
+	rw.mu.Unlock()
+	select {
+	case rw.more <- struct{}{}:
+	default:
+	}
+}
+
+// translate turns fenceq worker --exec's JSON log into the suite's events.
+// A command's start event names its pid: when that process is gone before
+// its sleep ended, the command was killed — the event "cancelled".
+func (rw *runningWorker) translate(ev map[string]any) map[string]any {
+	switch {
+	case ev["event"] == "start":
+		pid, _ := ev["pid"].(float64)
+		sleep, _ := ev["sleep_ms"].(float64)
+		go func(id any, started time.Time) {
+			for processRuns(int(pid)) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if time.Since(started) < time.Duration(sleep)*time.Millisecond-100*time.Millisecond {
+				rw.add(map[string]any{"event": "cancelled", "id": id})
+			}
+		}(ev["id"], time.Now())
+		return ev
+	case ev["msg"] == "fenceq worker started":
+		return map[string]any{"event": "ready"}
+	case ev["msg"] == "job done":
+		return map[string]any{"event": "done", "id": ev["job"], "outcome": ev["outcome"]}
+	}
+	return nil
+}
+
+// processRuns reports whether pid is a process that has not ended: a
+// killed command whose parent died too may stay a zombie until PID 1 gets
+// to it, and a zombie has ended.
+func processRuns(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil // no /proc: as good as it gets
+	}
+	_, rest, _ := bytes.Cut(stat, []byte(") "))
+	return len(rest) > 0 && rest[0] != 'Z' && rest[0] != 'X'
 }
 
 // waitEvent waits for an event of kind about job id (0: any) and returns it.
@@ -327,10 +397,14 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 					t.Fatal(err)
 				}
 				time.Sleep(1500 * time.Millisecond) // past the 1 s lease
+				// The stopped worker's own long-poll, in the server, may take
+				// the job first (token 2) and lose it the same way: the
+				// re-claim waits, and gets token 2 or 3.
 				status, job := call(t, "POST", base+"/v1/claim", fmt.Sprintf(`{"worker":%q,"queues":[%q],"lease_ms":30000,"wait_ms":5000}`, name, queue))
 				wantStatus(t, "the re-claim under the same worker name", status, job, http.StatusOK)
-				if job["id"] != id || job["fencing_token"] != float64(2) {
-					t.Fatalf("re-claim: %v, want job %v with token 2", job, id)
+				token, _ := job["fencing_token"].(float64)
+				if job["id"] != id || token < 2 {
+					t.Fatalf("re-claim: %v, want job %v with a token above 1", job, id)
 				}
 				if err := rw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 					t.Fatal(err)
@@ -338,10 +412,10 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 				if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "lost" {
 					t.Fatalf("the resumed worker reported %v, want the claim lost", d)
 				}
-				if j := getJob(t, base, id); j["state"] != "claimed" || j["attempts"] != float64(2) || j["result"] != nil {
+				if j := getJob(t, base, id); j["state"] != "claimed" || j["attempts"] != token || j["result"] != nil {
 					t.Fatalf("after the resumed worker: job %v, want still claimed by the second claim, no result", j)
 				}
-				status, done := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/complete", base, int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":2,"result":"second"}`, name))
+				status, done := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/complete", base, int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":"second"}`, name, int64(token)))
 				wantStatus(t, "the second claim's completion", status, done, http.StatusOK)
 				if j := getJob(t, base, id); j["result"] != "second" {
 					t.Fatalf("job ended as %v, want the second claim's result", j)
@@ -411,11 +485,16 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 			t.Run("503 answers are retried within the lease and nothing is lost", func(t *testing.T) {
 				queue := "wp-503-" + pw.name
 				rw := startProtocolWorker(t, pw, proxy, queue, "wp-"+pw.name, 3000)
-				id := enqueueSleep(t, base, queue, 1000, "through")
+				id := enqueueSleep(t, base, queue, 1200, "through")
 				rw.waitEvent(t, "start", id, 10*time.Second)
-				fp.failing.Store(true) // heartbeats (every 1 s) and the completion (at 1 s) get 503
-				time.Sleep(1800 * time.Millisecond)
-				fp.failing.Store(false) // within the 3 s lease
+				// Every call is 503 from now until the completion was refused
+				// twice (the heartbeat at 1 s, the completion at 1.2 s), at
+				// most 2.5 s: within the 3 s lease.
+				fp.failing.Store(true)
+				for until := time.Now().Add(2500 * time.Millisecond); fp.refusedCount("complete") < 2 && time.Now().Before(until); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				fp.failing.Store(false)
 				if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "completed" {
 					t.Fatalf("outcome %v, want completed", d)
 				}
@@ -456,8 +535,8 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 		t.Fatal(err)
 	}
 	for _, pw := range protocolWorkers(t) {
-		if pw.name == "go" {
-			continue // the Go Worker's example is api/client's Example tests
+		if pw.name != "python" && pw.name != "typescript" {
+			continue // the Go Worker's example is api/client's Example tests; --exec's is in leases.md
 		}
 		t.Run(pw.name, func(t *testing.T) {
 			probe := pw.command(t) // skips or fails as the suite does when the language is missing
