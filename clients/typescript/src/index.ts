@@ -220,11 +220,13 @@ export interface WorkerOptions {
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const done = () => {
       clearTimeout(t);
+      signal?.removeEventListener("abort", done);
       resolve();
-    }, { once: true });
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
   });
 
 /**
@@ -285,10 +287,11 @@ export class Worker {
   private async claimLoop(): Promise<void> {
     let pause = 100;
     const stop = this.stopping.signal;
+    const stopped = new Promise<void>((r) => stop.addEventListener("abort", () => r(), { once: true }));
     while (!stop.aborted) {
       const free = this.concurrency - this.running.size;
       if (free <= 0) {
-        await Promise.race([...this.running, new Promise<void>((r) => stop.addEventListener("abort", () => r(), { once: true }))]);
+        await Promise.race([...this.running, stopped]); // one listener on stop, not one per wait
         continue;
       }
       let jobs: Job[];
