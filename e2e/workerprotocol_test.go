@@ -46,7 +46,11 @@ func init() {
 func goProtocolWorkerMain() int {
 	name := os.Getenv("WP_NAME")
 	leaseMS, _ := strconv.Atoi(os.Getenv("WP_LEASE_MS"))
-	c, err := client.New(os.Getenv("WP_URL"))
+	var opts []client.Option
+	if tok := os.Getenv("WP_TOKEN"); tok != "" {
+		opts = append(opts, client.WithToken(tok))
+	}
+	c, err := client.New(os.Getenv("WP_URL"), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go worker:", err)
 		return 1
@@ -164,7 +168,7 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 		}, false},
 		{"exec", func(t *testing.T) *exec.Cmd {
 			// exec: the process the suite stops and signals is the fenceq worker itself.
-			cmd := exec.Command("/bin/sh", "-c", `exec "$WP_FENCEQ" worker --json --server "$WP_URL" --queue "$WP_QUEUE" --name "$WP_NAME" `+
+			cmd := exec.Command("/bin/sh", "-c", `FENCEQ_TOKEN="$WP_TOKEN" exec "$WP_FENCEQ" worker --json --server "$WP_URL" --queue "$WP_QUEUE" --name "$WP_NAME" `+
 				`--lease "${WP_LEASE_MS}ms" --concurrency 4 --drain-timeout 10s --exec "sh '$WP_HANDLER'"`)
 			cmd.Env = append(cleanEnv(), "WP_FENCEQ="+fenceqBin, "WP_HANDLER="+filepath.Join(root, "e2e", "testdata", "workers", "exec-handler.sh"))
 			return cmd
@@ -218,6 +222,7 @@ func (fp *faultProxy) refusedCount(suffix string) int {
 // runningWorker is a started worker process and the events it printed.
 type runningWorker struct {
 	cmd    *exec.Cmd
+	stderr *syncBuffer // what the worker wrote to stderr (with fromLog: its log)
 	mu     sync.Mutex
 	events []map[string]any
 	more   chan struct{} // signalled on each event
@@ -225,17 +230,21 @@ type runningWorker struct {
 	err    error
 }
 
-func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name string, leaseMS int) *runningWorker {
+func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name string, leaseMS int, env ...string) *runningWorker {
 	t.Helper()
 	cmd := pw.command(t)
 	cmd.Env = append(cmd.Env, "WP_URL="+proxyURL, "WP_QUEUE="+queue, "WP_NAME="+name, "WP_LEASE_MS="+strconv.Itoa(leaseMS))
+	cmd.Env = append(cmd.Env, env...)
+	errBuf := &syncBuffer{}
 	var out io.Reader
 	var err error
 	if pw.fromLog {
 		cmd.Stdout = os.Stderr
-		out, err = cmd.StderrPipe()
+		var pipe io.Reader
+		pipe, err = cmd.StderrPipe()
+		out = io.TeeReader(pipe, errBuf)
 	} else {
-		cmd.Stderr = os.Stderr
+		cmd.Stderr = io.MultiWriter(os.Stderr, errBuf)
 		out, err = cmd.StdoutPipe()
 	}
 	if err != nil {
@@ -244,7 +253,7 @@ func startProtocolWorker(t *testing.T, pw protocolWorker, proxyURL, queue, name 
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting the %s worker: %v", pw.name, err)
 	}
-	rw := &runningWorker{cmd: cmd, more: make(chan struct{}, 1), exited: make(chan struct{})}
+	rw := &runningWorker{cmd: cmd, stderr: errBuf, more: make(chan struct{}, 1), exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -382,6 +391,17 @@ func getJob(t *testing.T, base string, id float64) map[string]any {
 
 func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *testing.T) {
 	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "wp.db"), "--listen", "127.0.0.1:0")
+	// A second server that wants a bearer token of its auth file.
+	code, out, stderr := runFenceq(t, nil, "token", "new", "alice", "--roles", "producer,worker")
+	if code != 0 {
+		t.Fatalf("token new = %d %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	authFile := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(authFile, []byte(lines[len(lines)-1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, authBase := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "auth.db"), "--listen", "127.0.0.1:0", "--auth-file", authFile)
 	for _, pw := range protocolWorkers(t) {
 		t.Run(pw.name, func(t *testing.T) {
 			fp, proxy := startFaultProxy(t, base)
@@ -503,6 +523,21 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 				}
 				if j := getJob(t, base, id); j["state"] != "completed" || j["attempts"] != float64(1) {
 					t.Fatalf("job %v, want completed on its first claim", j)
+				}
+			})
+
+			t.Run("a refused bearer token stops the worker with an error naming it and a non-zero exit", func(t *testing.T) {
+				rw := startProtocolWorker(t, pw, authBase, "wp-auth-"+pw.name, "wp-"+pw.name, 1000, "WP_TOKEN=not-a-token-of-the-auth-file")
+				select {
+				case <-rw.exited:
+				case <-time.After(15 * time.Second):
+					t.Fatalf("the worker still runs 15 s after its claims were refused as unauthenticated; stderr:\n%s", rw.stderr)
+				}
+				if rw.err == nil {
+					t.Fatalf("the worker exited 0 after its token was refused; stderr:\n%s", rw.stderr)
+				}
+				if !strings.Contains(rw.stderr.String(), "unauthenticated") {
+					t.Fatalf("the worker's stderr does not name the refusal (unauthenticated):\n%s", rw.stderr)
 				}
 			})
 		})

@@ -1,6 +1,6 @@
 // The TypeScript Worker as the worker-protocol suite drives it
 // (e2e/workerprotocol_test.go): clients/typescript built into its dist/.
-// Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS. Each job's payload is
+// Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS, WP_TOKEN (optional). Each job's payload is
 // {"sleep_ms": N, "result": R}: the handler sleeps N ms and returns
 // {"by": WP_NAME, "r": R}. Events go to stdout, one JSON object a line:
 // start (id, token), cancelled (id), done (id, outcome). SIGTERM drains.
@@ -20,7 +20,7 @@ const handler = (job, ctx) =>
     });
   });
 
-const w = new Worker(new Client(process.env.WP_URL), handler, {
+const w = new Worker(new Client(process.env.WP_URL, { token: process.env.WP_TOKEN }), handler, {
   name,
   queues: [process.env.WP_QUEUE],
   concurrency: 4,

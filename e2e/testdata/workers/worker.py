@@ -1,6 +1,6 @@
 """The Python Worker as the worker-protocol suite drives it (e2e/workerprotocol_test.go).
 
-Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS. Each job's payload is
+Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS, WP_TOKEN (optional). Each job's payload is
 {"sleep_ms": N, "result": R}: the handler sleeps N ms and returns
 {"by": WP_NAME, "r": R}. Events go to stdout, one JSON object a line:
 start (id, token), cancelled (id), done (id, outcome). SIGTERM drains."""
@@ -33,7 +33,7 @@ async def main() -> None:
     def on_done(d: Done) -> None:
         event(event="done", id=d.job["id"], outcome=d.outcome)
 
-    w = Worker(Client(os.environ["WP_URL"]), handler, name=name, queues=[os.environ["WP_QUEUE"]],
+    w = Worker(Client(os.environ["WP_URL"], token=os.environ.get("WP_TOKEN")), handler, name=name, queues=[os.environ["WP_QUEUE"]],
                concurrency=4, lease=int(os.environ["WP_LEASE_MS"]) / 1000, wait=5, drain_timeout=10,
                on_done=on_done)
     event(event="ready")
