@@ -211,13 +211,17 @@ class Worker:
     async def _run_job(self, job: Job) -> None:
         ctx = JobContext(self.client, self.name, job)
         handler_task: asyncio.Future[Any]
-        if self.blocking:
-            handler_task = asyncio.ensure_future(asyncio.to_thread(self.handler, ctx))
-        else:
-            result = self.handler(ctx)
-            if not inspect.isawaitable(result):
-                raise TypeError("fenceq: the handler is not a coroutine function; pass blocking=True")
-            handler_task = asyncio.ensure_future(result)
+        try:
+            if self.blocking:
+                handler_task = asyncio.ensure_future(asyncio.to_thread(self.handler, ctx))
+            else:
+                result = self.handler(ctx)
+                if not inspect.isawaitable(result):
+                    raise TypeError("fenceq: the handler is not a coroutine function; pass blocking=True")
+                handler_task = asyncio.ensure_future(result)
+        except Exception as e:  # the job fails with it, like a handler's own error
+            handler_task = asyncio.get_running_loop().create_future()
+            handler_task.set_exception(e)
         beat = asyncio.create_task(self._heartbeat(ctx, handler_task))
         stopped = False
         try:

@@ -234,3 +234,21 @@ def test_claim_lost_is_raised_by_check_after_a_reclaim(server: str) -> None:
         await Ctx(c, "a", second).check()
         assert job["id"] == first["id"]
     run(main())
+
+
+def test_a_plain_function_without_blocking_fails_the_job_with_a_clear_error(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q"})
+
+        def handler(ctx: JobContext) -> Any:
+            return "not awaitable"
+
+        stop = StopAfter()
+        w = Worker(c, handler, queues=["q"], lease=2, wait=1, on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert [d.outcome for d in stop.dones] == ["failed"]
+        j = await c.get_job(job["id"])
+        assert j["state"] != "claimed" and "blocking=True" in str(j.get("last_error", j))
+    run(main())
