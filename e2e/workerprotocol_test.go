@@ -391,7 +391,9 @@ func getJob(t *testing.T, base string, id float64) map[string]any {
 
 func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *testing.T) {
 	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "wp.db"), "--listen", "127.0.0.1:0")
-	// A second server that wants a bearer token of its auth file.
+	// A server that refuses a fenced call without its token.
+	_, fencedBase := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "fenced.db"), "--listen", "127.0.0.1:0", "--require-fencing")
+	// A server that wants a bearer token of its auth file.
 	code, out, stderr := runFenceq(t, nil, "token", "new", "alice", "--roles", "producer,worker")
 	if code != 0 {
 		t.Fatalf("token new = %d %s", code, stderr)
@@ -405,41 +407,14 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 	for _, pw := range protocolWorkers(t) {
 		t.Run(pw.name, func(t *testing.T) {
 			fp, proxy := startFaultProxy(t, base)
+			_, fencedProxy := startFaultProxy(t, fencedBase)
 
 			t.Run("a worker paused past its lease whose job was claimed again does not complete it", func(t *testing.T) {
-				queue, name := "wp-fence-"+pw.name, "wp-"+pw.name
-				rw := startProtocolWorker(t, pw, proxy, queue, name, 1000)
-				id := enqueueSleep(t, base, queue, 3000, "first")
-				if tok := rw.waitEvent(t, "start", id, 10*time.Second)["token"]; tok != float64(1) {
-					t.Fatalf("the handler got token %v, want 1", tok)
-				}
-				if err := rw.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(1500 * time.Millisecond) // past the 1 s lease
-				// The stopped worker's own long-poll, in the server, may take
-				// the job first (token 2) and lose it the same way: the
-				// re-claim waits, and gets token 2 or 3.
-				status, job := call(t, "POST", base+"/v1/claim", fmt.Sprintf(`{"worker":%q,"queues":[%q],"lease_ms":30000,"wait_ms":5000}`, name, queue))
-				wantStatus(t, "the re-claim under the same worker name", status, job, http.StatusOK)
-				token, _ := job["fencing_token"].(float64)
-				if job["id"] != id || token < 2 {
-					t.Fatalf("re-claim: %v, want job %v with a token above 1", job, id)
-				}
-				if err := rw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-					t.Fatal(err)
-				}
-				if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "lost" {
-					t.Fatalf("the resumed worker reported %v, want the claim lost", d)
-				}
-				if j := getJob(t, base, id); j["state"] != "claimed" || j["attempts"] != token || j["result"] != nil {
-					t.Fatalf("after the resumed worker: job %v, want still claimed by the second claim, no result", j)
-				}
-				status, done := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/complete", base, int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":"second"}`, name, int64(token)))
-				wantStatus(t, "the second claim's completion", status, done, http.StatusOK)
-				if j := getJob(t, base, id); j["result"] != "second" {
-					t.Fatalf("job ended as %v, want the second claim's result", j)
-				}
+				pausedWorkerScenario(t, pw, base, proxy, "wp-fence-"+pw.name)
+			})
+
+			t.Run("the same with --require-fencing", func(t *testing.T) {
+				pausedWorkerScenario(t, pw, fencedBase, fencedProxy, "wp-fence-"+pw.name)
 			})
 
 			t.Run("heartbeats keep a 1 s lease alive for a 3 s handler", func(t *testing.T) {
@@ -639,5 +614,44 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 				t.Errorf("the example's output %q does not show the token it was handed", out)
 			}
 		})
+	}
+}
+
+// pausedWorkerScenario: the worker is stopped (SIGSTOP) past its 1 s lease
+// while a claim of the same worker name takes its job; after SIGCONT it
+// reports the claim lost, and the job ends with the second claim's result.
+func pausedWorkerScenario(t *testing.T, pw protocolWorker, base, proxy, queue string) {
+	name := "wp-" + pw.name
+	rw := startProtocolWorker(t, pw, proxy, queue, name, 1000)
+	id := enqueueSleep(t, base, queue, 3000, "first")
+	if tok := rw.waitEvent(t, "start", id, 10*time.Second)["token"]; tok != float64(1) {
+		t.Fatalf("the handler got token %v, want 1", tok)
+	}
+	if err := rw.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the 1 s lease
+	// The stopped worker's own long-poll, in the server, may take
+	// the job first (token 2) and lose it the same way: the
+	// re-claim waits, and gets token 2 or 3.
+	status, job := call(t, "POST", base+"/v1/claim", fmt.Sprintf(`{"worker":%q,"queues":[%q],"lease_ms":30000,"wait_ms":5000}`, name, queue))
+	wantStatus(t, "the re-claim under the same worker name", status, job, http.StatusOK)
+	token, _ := job["fencing_token"].(float64)
+	if job["id"] != id || token < 2 {
+		t.Fatalf("re-claim: %v, want job %v with a token above 1", job, id)
+	}
+	if err := rw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "lost" {
+		t.Fatalf("the resumed worker reported %v, want the claim lost", d)
+	}
+	if j := getJob(t, base, id); j["state"] != "claimed" || j["attempts"] != token || j["result"] != nil {
+		t.Fatalf("after the resumed worker: job %v, want still claimed by the second claim, no result", j)
+	}
+	status, done := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/complete", base, int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":"second"}`, name, int64(token)))
+	wantStatus(t, "the second claim's completion", status, done, http.StatusOK)
+	if j := getJob(t, base, id); j["result"] != "second" {
+		t.Fatalf("job ended as %v, want the second claim's result", j)
 	}
 }
