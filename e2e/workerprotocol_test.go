@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/api/client"
+	"github.com/fenceq/fenceq/db/postgres/pgtest"
 )
 
 func init() {
@@ -415,6 +416,12 @@ func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *te
 
 			t.Run("the same with --require-fencing", func(t *testing.T) {
 				pausedWorkerScenario(t, pw, fencedBase, fencedProxy, "wp-fence-"+pw.name)
+			})
+
+			t.Run("the same on PostgreSQL", func(t *testing.T) {
+				_, pgBase := startServing(t, nil, "--db", pgtest.NewSchema(t), "--listen", "127.0.0.1:0")
+				_, pgProxy := startFaultProxy(t, pgBase)
+				pausedWorkerScenario(t, pw, pgBase, pgProxy, "wp-fence-"+pw.name)
 			})
 
 			t.Run("heartbeats keep a 1 s lease alive for a 3 s handler", func(t *testing.T) {
