@@ -1,0 +1,254 @@
+"""The Python Client and Worker against the real binary."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from fenceq import APIError, ClaimLost, Client, Done, Failure, JobContext, TransportError, Worker
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+class StopAfter:
+    """An on_done that records each Done and stops the worker after n."""
+
+    def __init__(self, n: int = 1) -> None:
+        self.n = n
+        self.dones: list[Done] = []
+        self.worker: Worker | None = None
+
+    def __call__(self, d: Done) -> None:
+        self.dones.append(d)
+        if len(self.dones) >= self.n and self.worker is not None:
+            self.worker.stop()
+
+
+def test_client_calls_carry_the_token_and_a_repeat_is_refused(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        assert await c.claim({"worker": "w", "queues": ["q"], "wait_ms": 50}) == []
+        job = await c.enqueue({"queue": "q", "payload": {"n": 1}})
+        [claimed] = await c.claim({"worker": "w", "queues": ["q"], "lease_ms": 3000, "wait_ms": 1000})
+        assert claimed["id"] == job["id"] and claimed["fencing_token"] == 1
+        await c.heartbeat(job["id"], {"worker": "w", "fencing_token": 1, "lease_ms": 3000})
+        assert await c.check(job["id"], 1)
+        assert not await c.check(job["id"], 2)
+        with pytest.raises(APIError) as stale:
+            await c.complete(job["id"], {"worker": "w", "fencing_token": 2, "result": "stale"})
+        assert stale.value.status == 409 and stale.value.claim_lost
+        assert (await c.get_job(job["id"]))["state"] == "claimed"  # the refusal changed nothing
+        done = await c.complete(job["id"], {"worker": "w", "fencing_token": 1, "result": {"ok": True}})
+        assert done["state"] == "completed" and done.get("result") == {"ok": True}
+        with pytest.raises(APIError) as again:
+            await c.complete(job["id"], {"worker": "w", "fencing_token": 1, "result": {"ok": False}})
+        assert again.value.claim_lost
+        assert (await c.get_job(job["id"])).get("result") == {"ok": True}
+    run(main())
+
+
+def test_worker_completes_jobs_concurrently_with_their_tokens(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        ids = {(await c.enqueue({"queue": "q", "payload": i}))["id"] for i in range(12)}
+        running, peak, seen = 0, 0, []
+        stop = StopAfter(12)
+        dones = stop.dones
+
+        async def handler(ctx: JobContext) -> Any:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            seen.append((ctx.id, ctx.token))
+            await ctx.check()
+            await asyncio.sleep(0.05)
+            running -= 1
+            return {"double": ctx.payload * 2}
+
+        w = Worker(c, handler, name="py", queues=["q"], concurrency=4, lease=5, wait=1,
+                   on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert peak == 4
+        assert {d.job["id"] for d in dones} == ids and all(d.outcome == "completed" for d in dones)
+        assert all(tok == 1 for _, tok in seen)
+        for i in ids:
+            j = await c.get_job(i)
+            assert j["state"] == "completed" and j.get("result") == {"double": j["payload"] * 2}
+    run(main())
+
+
+def test_heartbeats_keep_a_one_second_lease_for_a_three_second_handler(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q"})
+        stop = StopAfter()
+        dones = stop.dones
+
+        async def handler(ctx: JobContext) -> Any:
+            await asyncio.sleep(3)
+            return "slow"
+
+        w = Worker(c, handler, queues=["q"], lease=1, wait=1, on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert [d.outcome for d in dones] == ["completed"]
+        j = await c.get_job(job["id"])
+        assert j["state"] == "completed" and j["attempts"] == 1  # never re-claimed
+    run(main())
+
+
+def test_a_refused_heartbeat_cancels_the_handler_and_nothing_is_reported(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q"})
+        started, cancelled = asyncio.Event(), asyncio.Event()
+        stop = StopAfter()
+        dones = stop.dones
+
+        async def handler(ctx: JobContext) -> Any:
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return "must not be stored"
+
+        w = Worker(c, handler, queues=["q"], lease=0.6, wait=1, on_done=stop)
+        stop.worker = w
+        t = asyncio.create_task(w.run())
+        await started.wait()
+        await c.call("cancel", id=job["id"])  # the claim is gone: the next heartbeat is 404
+        t0 = time.monotonic()
+        await asyncio.wait_for(cancelled.wait(), 2)
+        assert time.monotonic() - t0 < 0.6  # within a heartbeat interval (0.2 s) and its call
+        await t
+        assert [d.outcome for d in dones] == ["lost"]
+        j = await c.get_job(job["id"])
+        assert j["state"] == "cancelled" and "result" not in j
+    run(main())
+
+
+def test_stop_drains_in_flight_jobs_then_fails_the_rest_for_another_worker(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        quick = await c.enqueue({"queue": "q", "payload": "quick", "priority": 1})
+        slow = await c.enqueue({"queue": "q", "payload": "slow"})
+        started = 0
+        both = asyncio.Event()
+
+        async def handler(ctx: JobContext) -> Any:
+            nonlocal started
+            started += 1
+            if started == 2:
+                both.set()
+            await asyncio.sleep(0.3 if ctx.payload == "quick" else 30)
+            return ctx.payload
+
+        w = Worker(c, handler, queues=["q"], concurrency=2, lease=3, wait=1, drain_timeout=1)
+        t = asyncio.create_task(w.run())
+        await both.wait()
+        w.stop()
+        await t
+        assert (await c.get_job(quick["id"]))["state"] == "completed"
+        s = await c.get_job(slow["id"])
+        assert s["state"] == "available" and s["attempts"] == 1  # failed with its token, no delay
+    run(main())
+
+
+def test_a_blocking_handler_runs_in_a_thread(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q", "payload": 21})
+        threads: list[str] = []
+
+        def handler(ctx: JobContext) -> Any:
+            threads.append(threading.current_thread().name)
+            ctx.check_blocking()
+            time.sleep(0.1)
+            return ctx.payload * 2
+
+        stop = StopAfter()
+        w = Worker(c, handler, queues=["q"], lease=2, wait=1, blocking=True, on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert threads and threads[0] != threading.main_thread().name
+        assert (await c.get_job(job["id"])).get("result") == 42
+    run(main())
+
+
+def test_a_failure_carries_its_delay_and_final(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q", "max_attempts": 5})
+
+        async def handler(ctx: JobContext) -> Any:
+            raise Failure("no good", final=True)
+
+        stop = StopAfter()
+        w = Worker(c, handler, queues=["q"], lease=2, wait=1, on_done=stop)
+        stop.worker = w
+        await w.run()
+        j = await c.get_job(job["id"])
+        assert j["state"] == "dead" and j["attempts"] == 1
+    run(main())
+
+
+def test_a_refused_claim_stops_the_worker_with_a_clear_error(server: str) -> None:
+    async def main() -> None:
+        async def handler(ctx: JobContext) -> Any:
+            return None
+
+        w = Worker(Client(server), handler, queues=["no spaces allowed"], wait=1)
+        with pytest.raises(APIError) as e:
+            await w.run()
+        assert e.value.status == 400 and e.value.code == "invalid_argument"
+    run(main())
+
+
+def test_an_unreachable_server_is_a_transport_error_naming_it() -> None:
+    async def main() -> None:
+        with pytest.raises(TransportError, match="127.0.0.1:9"):
+            await Client("http://127.0.0.1:9").get_job(1)
+    run(main())
+
+
+def test_claim_lost_is_raised_by_check_after_a_reclaim(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q"})
+        [first] = await c.claim({"worker": "a", "queues": ["q"], "lease_ms": 50, "wait_ms": 100})
+        await asyncio.sleep(0.1)
+        [second] = await c.claim({"worker": "a", "queues": ["q"], "lease_ms": 5000, "wait_ms": 100})
+        assert second["fencing_token"] == 2
+        from fenceq._worker import JobContext as Ctx
+        with pytest.raises(ClaimLost):
+            await Ctx(c, "a", first).check()
+        await Ctx(c, "a", second).check()
+        assert job["id"] == first["id"]
+    run(main())
+
+
+def test_a_plain_function_without_blocking_fails_the_job_with_a_clear_error(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        job = await c.enqueue({"queue": "q"})
+
+        def handler(ctx: JobContext) -> Any:
+            return "not awaitable"
+
+        stop = StopAfter()
+        w = Worker(c, handler, queues=["q"], lease=2, wait=1, on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert [d.outcome for d in stop.dones] == ["failed"]
+        j = await c.get_job(job["id"])
+        assert j["state"] != "claimed" and "blocking=True" in str(j.get("last_error", j))
+    run(main())

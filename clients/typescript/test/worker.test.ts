@@ -1,0 +1,166 @@
+// The TypeScript Client and Worker against the real binary ($FENCEQ_BIN, or built with go).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, openSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { APIError, Client, Failure, TransportError, Worker, type Done, type Job } from "../src/index.js";
+
+const root = resolve(fileURLToPath(import.meta.url), "../../../../..");
+let server: ChildProcess;
+let base = "";
+
+before(async () => {
+  const dir = mkdtempSync(join(tmpdir(), "fenceq-ts-"));
+  let bin = process.env.FENCEQ_BIN ?? "";
+  if (!bin) {
+    bin = join(dir, "fenceq");
+    execFileSync("go", ["build", "-o", bin, "."], { cwd: root, stdio: "inherit" });
+  }
+  const log = join(dir, "fenceq.log");
+  const fd = openSync(log, "w");
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("FENCEQ_")));
+  server = spawn(bin, ["serve", "--db", join(dir, "q.db"), "--listen", "127.0.0.1:0"], { stdio: ["ignore", fd, fd], env });
+  for (let i = 0; i < 500 && !base; i++) {
+    const m = /msg="fenceq serving".* listen=(http:\/\/\S+)/.exec(readFileSync(log, "utf8"));
+    if (m) base = m[1]!;
+    else await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.ok(base, "fenceq did not start: " + readFileSync(log, "utf8"));
+});
+
+after(() => {
+  server?.kill("SIGTERM");
+});
+
+let n = 0;
+const queue = () => `ts-${process.pid}-${++n}`;
+
+test("client calls carry the token and a repeat is refused", async () => {
+  const c = new Client(base);
+  const q = queue();
+  assert.deepEqual(await c.claim({ worker: "w", queues: [q], wait_ms: 50 }), []);
+  const job = await c.enqueue({ queue: q, payload: { n: 1 } });
+  const [claimed] = await c.claim({ worker: "w", queues: [q], lease_ms: 3000, wait_ms: 1000 });
+  assert.equal(claimed!.id, job.id);
+  assert.equal(claimed!.fencing_token, 1);
+  await c.heartbeat(job.id, { worker: "w", fencing_token: 1, lease_ms: 3000 });
+  assert.equal(await c.check(job.id, 1), true);
+  assert.equal(await c.check(job.id, 2), false);
+  await assert.rejects(c.complete(job.id, { worker: "w", fencing_token: 2, result: "stale" }), (e: unknown) => e instanceof APIError && e.status === 409 && e.claimLost);
+  assert.equal((await c.getJob(job.id)).state, "claimed");
+  const done = await c.complete(job.id, { worker: "w", fencing_token: 1, result: { ok: true } });
+  assert.equal(done.state, "completed");
+  await assert.rejects(c.complete(job.id, { worker: "w", fencing_token: 1, result: { ok: false } }), APIError);
+  assert.deepEqual((await c.getJob(job.id)).result, { ok: true });
+});
+
+test("the worker completes jobs concurrently with their tokens", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const ids = new Set<number>();
+  for (let i = 0; i < 12; i++) ids.add((await c.enqueue({ queue: q, payload: i })).id);
+  let running = 0;
+  let peak = 0;
+  const dones: Done[] = [];
+  const w: Worker = new Worker(
+    c,
+    async (job: Job, ctx) => {
+      running++;
+      peak = Math.max(peak, running);
+      assert.equal(ctx.token, 1);
+      await ctx.check();
+      await new Promise((r) => setTimeout(r, 50));
+      running--;
+      return { double: (job.payload as number) * 2 };
+    },
+    { name: "ts", queues: [q], concurrency: 4, leaseMs: 5000, waitMs: 1000, onDone: (d) => { dones.push(d); if (dones.length === 12) w.stop(); } },
+  );
+  await w.run();
+  assert.equal(peak, 4);
+  assert.deepEqual(new Set(dones.map((d) => d.job.id)), ids);
+  assert.ok(dones.every((d) => d.outcome === "completed"));
+  for (const id of ids) {
+    const j = await c.getJob(id);
+    assert.equal(j.state, "completed");
+    assert.deepEqual(j.result, { double: (j.payload as number) * 2 });
+  }
+});
+
+test("a refused heartbeat aborts the handler's signal and nothing is reported", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const job = await c.enqueue({ queue: q });
+  let started!: () => void;
+  const isStarted = new Promise<void>((r) => (started = r));
+  let abortedAt = 0;
+  const dones: Done[] = [];
+  const w: Worker = new Worker(
+    c,
+    async (_job, ctx) => {
+      started();
+      await new Promise<void>((r) => ctx.signal.addEventListener("abort", () => { abortedAt = Date.now(); r(); }));
+      return "must not be stored";
+    },
+    { queues: [q], leaseMs: 600, waitMs: 1000, onDone: (d) => { dones.push(d); w.stop(); } },
+  );
+  const run = w.run();
+  await isStarted;
+  await c.cancel(job.id);
+  const t0 = Date.now();
+  await run;
+  assert.ok(abortedAt > 0 && abortedAt - t0 < 600, `aborted ${abortedAt - t0} ms after the cancel`);
+  assert.deepEqual(dones.map((d) => d.outcome), ["lost"]);
+  const j = await c.getJob(job.id);
+  assert.equal(j.state, "cancelled");
+  assert.equal(j.result, undefined);
+});
+
+test("stop drains in-flight jobs, then fails the rest for another worker", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const quick = await c.enqueue({ queue: q, payload: "quick", priority: 1 });
+  const slow = await c.enqueue({ queue: q, payload: "slow" });
+  let started = 0;
+  let both!: () => void;
+  const bothStarted = new Promise<void>((r) => (both = r));
+  const w = new Worker(
+    c,
+    async (job, ctx) => {
+      if (++started === 2) both();
+      await new Promise<void>((r, reject) => {
+        const t = setTimeout(r, job.payload === "quick" ? 300 : 30000);
+        ctx.signal.addEventListener("abort", () => { clearTimeout(t); reject(ctx.signal.reason); });
+      });
+      return job.payload;
+    },
+    { queues: [q], concurrency: 2, leaseMs: 3000, waitMs: 1000, drainTimeoutMs: 1000 },
+  );
+  const run = w.run();
+  await bothStarted;
+  w.stop();
+  await run;
+  assert.equal((await c.getJob(quick.id)).state, "completed");
+  const s = await c.getJob(slow.id);
+  assert.equal(s.state, "available");
+  assert.equal(s.attempts, 1);
+});
+
+test("a failure carries final", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const job = await c.enqueue({ queue: q, max_attempts: 5 });
+  const w: Worker = new Worker(c, async () => { throw new Failure("no good", { final: true }); }, { queues: [q], leaseMs: 2000, waitMs: 1000, onDone: () => w.stop() });
+  await w.run();
+  const j = await c.getJob(job.id);
+  assert.equal(j.state, "dead");
+  assert.equal(j.attempts, 1);
+});
+
+test("a refused claim stops the worker with a clear error; an unreachable server is named", async () => {
+  const w = new Worker(new Client(base), async () => null, { queues: ["no spaces allowed"], waitMs: 1000 });
+  await assert.rejects(w.run(), (e: unknown) => e instanceof APIError && e.status === 400 && e.code === "invalid_argument");
+  await assert.rejects(new Client("http://127.0.0.1:9").getJob(1), (e: unknown) => e instanceof TransportError && /127\.0\.0\.1:9/.test(e.message));
+});
