@@ -112,7 +112,7 @@ func (s *Server) initRPC() {
 	f.mux.Handle(fenceqv1connect.NewLeaseServiceHandler(leaseRPC{s}, opts...))
 	names := []string{fenceqv1connect.JobServiceName, fenceqv1connect.LeaseServiceName}
 	f.mux.Handle(grpchealth.NewHandler(rpcHealth{s, names}))
-	reflector := grpcreflect.NewStaticReflector(names...)
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	f.mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	f.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.rpc = f
