@@ -188,9 +188,10 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes+5)
-	if enveloped(r) {
-		// gRPC and gRPC-Web frame each message with its length. Every RPC
-		// is unary: the one message is read here, so that one over the
+	if known && enveloped(r) {
+		// gRPC and gRPC-Web frame each message with its length. fenceq's
+		// RPCs are unary: the one message is read here (not so the
+		// reflection stream, whose client sends as it reads), so that one over the
 		// limit is refused with the JSON API's message before it is read,
 		// and one cut short is invalid_argument (connect would call either
 		// something else).

@@ -129,9 +129,12 @@ func (h jobRPC) ClaimJob(ctx context.Context, req *connect.Request[fenceqv1.Clai
 	if err != nil {
 		return nil, err
 	}
-	out := &fenceqv1.ClaimJobResponse{Jobs: pbJobs(jobs)}
-	if len(out.Jobs) > 0 {
-		out.Job = out.Jobs[0]
+	out := &fenceqv1.ClaimJobResponse{}
+	switch {
+	case r.Max > 0:
+		out.Jobs = pbJobs(jobs)
+	case len(jobs) > 0:
+		out.Job = pbJob(jobs[0])
 	}
 	return connect.NewResponse(out), nil
 }

@@ -583,7 +583,8 @@ type ClaimJobRequest struct {
 	// wait_ms: how long to wait for a claimable job (long-poll); shortened to
 	// the server's limit; 0 = do not wait.
 	WaitMs int64 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
-	// max is the most jobs to claim; 0 = one.
+	// max is the most jobs to claim, answered in jobs; 0 = one, answered
+	// in job.
 	Max           int32 `protobuf:"varint,5,opt,name=max,proto3" json:"max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -655,12 +656,14 @@ func (x *ClaimJobRequest) GetMax() int32 {
 }
 
 // ClaimJobResponse holds the claimed jobs; none when nothing was claimable.
+// As the JSON claim: one job in job when max was 0, the list in jobs when
+// max was given.
 type ClaimJobResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// job is the first claimed job (absent when none was claimed). Its
-	// attempts and fencing_token are the claim's token.
+	// job is the claimed job of a claim without max (absent when none was
+	// claimable). Its attempts and fencing_token are the claim's token.
 	Job *Job `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// jobs are all claimed jobs (at most max), job first.
+	// jobs are the claimed jobs (at most max) of a claim with max.
 	Jobs          []*Job `protobuf:"bytes,2,rep,name=jobs,proto3" json:"jobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
