@@ -381,3 +381,48 @@ func TestRPC_BadInputOverGRPCIsRefusedWithNothingWritten(t *testing.T) {
 		t.Fatalf("a good enqueue after the bad input = %s %q, want 0", status, msg)
 	}
 }
+
+// TestRPC_RequestIDsMetricsAndRequiredFencingAreTheJSONAPIs: an RPC gets
+// the request id rules of the JSON routes (a sane id of the caller's is
+// kept, another replaced), is measured in /metrics under its procedure,
+// and --require-fencing refuses a fenced call without a token.
+func TestRPC_RequestIDsMetricsAndRequiredFencingAreTheJSONAPIs(t *testing.T) {
+	ts := newTestServer(t, db.Rules{RequireFencing: true}, api.Config{})
+	c := fenceqv1connect.NewJobServiceClient(ts.client, ts.URL)
+	ctx := context.Background()
+	for _, tc := range []struct{ sent, want string }{{"trace-42:abc", "trace-42:abc"}, {"bad id with spaces", ""}} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/fenceq.v1.JobService/GetJob", strings.NewReader(`{"id":"1"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(api.RequestIDHeader, tc.sent)
+		res, err := ts.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		got := res.Header.Get(api.RequestIDHeader)
+		if tc.want != "" && got != tc.want || tc.want == "" && (got == "" || got == tc.sent) {
+			t.Errorf("request id %q answered with %q, want %q", tc.sent, got, tc.want)
+		}
+	}
+	m := ts.get("/metrics")
+	if !strings.Contains(string(m.body), `route="/fenceq.v1.JobService/GetJob"`) {
+		t.Errorf("/metrics does not measure the RPC under its procedure")
+	}
+
+	enq, err := c.EnqueueJob(ctx, connect.NewRequest(&fenceqv1.EnqueueJobRequest{Queue: "q"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := c.ClaimJob(ctx, connect.NewRequest(&fenceqv1.ClaimJobRequest{Worker: "w", Queues: []string{"q"}}))
+	if err != nil || cl.Msg.GetJob().GetId() != enq.Msg.GetJob().GetId() {
+		t.Fatalf("ClaimJob() = %v, %v", cl, err)
+	}
+	before := storeState(t, ts.store)
+	_, err = c.HeartbeatJob(ctx, connect.NewRequest(&fenceqv1.HeartbeatJobRequest{Id: enq.Msg.GetJob().GetId(), Worker: "w"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "required") {
+		t.Fatalf("heartbeat without a token under --require-fencing = %v, want invalid_argument naming it required", err)
+	}
+	if after := storeState(t, ts.store); after != before {
+		t.Errorf("the refused heartbeat changed the store")
+	}
+}

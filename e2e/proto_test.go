@@ -184,14 +184,18 @@ func (r renamingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // TestProto_AClientWithoutTheFencingFieldsWorksUnchanged: a client
 // generated from a copy of the .proto without the three fencing_token
 // fields (e2e/testdata/oldproto, e2e/oldpb) enqueues, claims, heartbeats,
-// fails and completes against today's server, over gRPC and Connect.
+// fails and completes against today's server, over gRPC, Connect and
+// gRPC-Web (HTTP/1.1).
 func TestProto_AClientWithoutTheFencingFieldsWorksUnchanged(t *testing.T) {
 	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "q.db"), "--listen", "127.0.0.1:0")
 	ctx := context.Background()
-	for _, protocol := range []string{"grpc", "connect"} {
+	for _, protocol := range []string{"grpc", "connect", "grpcweb"} {
 		hc, opts := &http.Client{Timeout: 20 * time.Second}, []connect.ClientOption{}
-		if protocol == "grpc" {
+		switch protocol {
+		case "grpc":
 			hc, opts = h2cClient(), append(opts, connect.WithGRPC())
+		case "grpcweb":
+			opts = append(opts, connect.WithGRPCWeb())
 		}
 		hc.Transport = renamingTransport{cmpTransport(hc.Transport)}
 		c := oldpbconnect.NewJobServiceClient(hc, base, opts...)
