@@ -105,6 +105,10 @@ func (s *Server) initRPC() {
 	f := &rpcFront{s: s, mux: http.NewServeMux()}
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
+		// Replies smaller than this go out uncompressed even to a client
+		// that accepts gzip: a gzip writer's reset costs more than a
+		// job's bytes save.
+		connect.WithCompressMinBytes(rpcCompressMinBytes),
 		connect.WithInterceptors(rpcErrors{s}),
 	}
 	f.errors = connect.NewErrorWriter(opts...)
@@ -117,6 +121,10 @@ func (s *Server) initRPC() {
 	f.mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	s.rpc = f
 }
+
+// rpcCompressMinBytes is the smallest reply compressed (when the client
+// accepts it).
+const rpcCompressMinBytes = 16 << 10
 
 // rpcCallKey holds the *rpcCall of a request in its context.
 type rpcCallKey struct{}

@@ -90,7 +90,15 @@ func jsonFront(b *testing.B, base string) benchFront {
 }
 
 func grpcFront(b *testing.B, base string) benchFront {
-	c := fenceqv1connect.NewJobServiceClient(h2c(), base, connect.WithGRPC())
+	return rpcFront(fenceqv1connect.NewJobServiceClient(h2c(), base, connect.WithGRPC()))
+}
+
+func connectFront(b *testing.B, base string) benchFront {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients * 2}, Timeout: time.Minute}
+	return rpcFront(fenceqv1connect.NewJobServiceClient(hc, base))
+}
+
+func rpcFront(c fenceqv1connect.JobServiceClient) benchFront {
 	return benchFront{
 		enqueue: func(ctx context.Context) error {
 			_, err := c.EnqueueJob(ctx, connect.NewRequest(&fenceqv1.EnqueueJobRequest{Queue: "bench", Payload: benchPayload}))
@@ -133,8 +141,8 @@ func parallel(b *testing.B, n int, do func(client int) error) {
 }
 
 func BenchmarkRPCvsJSON(b *testing.B) {
-	fronts := map[string]func(*testing.B, string) benchFront{"json": jsonFront, "grpc": grpcFront}
-	for _, name := range []string{"json", "grpc"} {
+	fronts := map[string]func(*testing.B, string) benchFront{"json": jsonFront, "grpc": grpcFront, "connect": connectFront}
+	for _, name := range []string{"json", "grpc", "connect"} {
 		b.Run("enqueue16/"+name, func(b *testing.B) {
 			s := apitest.Serve(b, apitest.Bolt(b, db.Rules{}), api.Config{})
 			f := fronts[name](b, s.URL)

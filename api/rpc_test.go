@@ -426,3 +426,38 @@ func TestRPC_RequestIDsMetricsAndRequiredFencingAreTheJSONAPIs(t *testing.T) {
 		t.Errorf("the refused heartbeat changed the store")
 	}
 }
+
+// TestRPC_SmallRepliesAreNotCompressed: a reply of one job goes out as it
+// is even to a client that accepts gzip. Compressing each one (connect's
+// default) cost the protobuf front end more than half its throughput
+// (docs/performance.md): a gzip writer's reset for a few hundred bytes.
+func TestRPC_SmallRepliesAreNotCompressed(t *testing.T) {
+	ts := newTestServer(t, db.Rules{}, api.Config{})
+	enq := ts.enqueue(`{"queue":"q","payload":{"n":1}}`)
+	for _, proto := range []string{"connect", "grpc"} {
+		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/fenceq.v1.JobService/GetJob", strings.NewReader(fmt.Sprintf(`{"id":"%d"}`, enq.ID)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		if proto == "grpc" {
+			req.Body = io.NopCloser(bytes.NewReader(grpcFrame(fmt.Appendf(nil, "\x08%c", enq.ID))))
+			req.Header.Set("Content-Type", "application/grpc")
+			req.Header.Set("Grpc-Accept-Encoding", "gzip")
+		}
+		client := ts.client
+		if proto == "grpc" {
+			client = h2c()
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("%s GetJob = %d %q", proto, res.StatusCode, body)
+		}
+		if ce, ge := res.Header.Get("Content-Encoding"), res.Header.Get("Grpc-Encoding"); ce != "" || ge != "" && ge != "identity" {
+			t.Errorf("%s GetJob of one job was compressed: Content-Encoding %q, Grpc-Encoding %q", proto, ce, ge)
+		}
+	}
+}
