@@ -81,6 +81,15 @@ func rpcNeeds(m rpcMethod) Role {
 	return RoleAdmin
 }
 
+// rpcExtras are the procedures of health checking and reflection: no
+// authentication (as /healthz and /openapi.json), measured by their names.
+var rpcExtras = map[string]bool{
+	"/" + grpchealth.HealthV1ServiceName + "/Check":                       true,
+	"/" + grpchealth.HealthV1ServiceName + "/Watch":                       true,
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      true,
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": true,
+}
+
 // rpcPrefixes are the path prefixes ServeHTTP hands to the protobuf front
 // end: fenceq's services, health checking and reflection.
 var rpcPrefixes = []string{"/fenceq.v1.", "/grpc.health.v1.", "/grpc.reflection."}
@@ -163,10 +172,9 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route := r.URL.Path
 	m, known := rpcMethods[route]
 	service := strings.HasPrefix(route, "/fenceq.v1.")
-	if !known {
-		if service || r.Method != http.MethodPost {
-			route = "unmatched"
-		}
+	if !known && !rpcExtras[route] {
+		// Labels are the server's names, never the caller's (routeLabels).
+		route = "unmatched"
 	}
 	defer func() { s.observe(http.MethodPost, route, call.status, start) }()
 	refuse := func(e *Error) {
@@ -199,10 +207,10 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if known && enveloped(r) {
 		// gRPC and gRPC-Web frame each message with its length. fenceq's
 		// RPCs are unary: the one message is read here (not so the
-		// reflection stream, whose client sends as it reads), so that one over the
-		// limit is refused with the JSON API's message before it is read,
-		// and one cut short is invalid_argument (connect would call either
-		// something else).
+		// reflection stream, whose client sends as it reads), so that one
+		// over the limit is refused with the JSON API's message before it
+		// is read, and one cut short is invalid_argument (connect would
+		// call either something else).
 		body, apiErr := s.readFrame(r.Body)
 		if apiErr != nil {
 			refuse(apiErr)

@@ -404,9 +404,23 @@ func TestRPC_RequestIDsMetricsAndRequiredFencingAreTheJSONAPIs(t *testing.T) {
 			t.Errorf("request id %q answered with %q, want %q", tc.sent, got, tc.want)
 		}
 	}
+	// A path the caller invents under a protobuf prefix is "unmatched":
+	// callers cannot grow the metrics' label values.
+	for _, p := range []string{"/grpc.health.v1.Invented/X1", "/grpc.reflection.v1.Made/Up2", "/fenceq.v1.JobService/Nope3"} {
+		res, err := ts.client.Post(ts.URL+p, "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+	}
 	m := ts.get("/metrics")
 	if !strings.Contains(string(m.body), `route="/fenceq.v1.JobService/GetJob"`) {
 		t.Errorf("/metrics does not measure the RPC under its procedure")
+	}
+	for _, invented := range []string{"X1", "Up2", "Nope3"} {
+		if strings.Contains(string(m.body), invented) {
+			t.Errorf("/metrics has a label from the invented path ending %s", invented)
+		}
 	}
 
 	enq, err := c.EnqueueJob(ctx, connect.NewRequest(&fenceqv1.EnqueueJobRequest{Queue: "q"}))
