@@ -78,8 +78,12 @@ var knownCodes = map[string]int{
 // status and the raw body; ok is false when path is not a valid URL.
 func (fa *fuzzAPI) post(t *testing.T, path string, body []byte) (int, []byte, bool) {
 	t.Helper()
-	// A held lease or an empty claim may wait; the fuzzer must not.
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	// A held lease or an empty claim may wait; the fuzzer must not: the
+	// server's MaxWait (1 ms) caps every wait. This deadline only stops a
+	// hung request, and leaves a commit room on a slow machine: CI's armv7
+	// run under qemu took more than 50 ms for one, answered 503 as the
+	// deadline passed, which the fuzzer took for a server fault.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://fenceq.test"+path, bytes.NewReader(body))
 	if err != nil {

@@ -77,7 +77,7 @@ func (s *Store) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (
 		}
 	}
 	var res db.CompleteBatchResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: ids, claim: next}, func(w *writer) error {
 		res = db.CompleteBatchResult{}
 		items, err := fencedBatch(w, ids, invalid, ts)
 		if err != nil {

@@ -87,44 +87,15 @@ func insertJob(w *writer, r *db.JobRecord, newID bool) (uint64, bool, error) {
 	return uint64(id), true, nil
 }
 
-// putJob writes rec over old (the same id) and moves the counts. It is the
-// only place that changes a job row, so it is also where waiters are told
-// that a job became claimable now, or will at a time.
+// putJob writes rec over old (the same id) in the batch's view, written
+// to the table at the batch's end, and moves the counts. It is the only
+// place that changes a job row, so it is also where waiters are told that
+// a job became claimable now, or will at a time.
 func putJob(w *writer, old, rec *db.JobRecord) error {
-	errs, err := encodeErrors(rec.Errors)
-	if err != nil {
+	if err := w.v.put(rec, false); err != nil {
 		return err
-	}
-	_, err = w.tx.Exec(w.ctx, `UPDATE fenceq_jobs SET state = $2, attempts = $3, max_attempts = $4, claimed_by = $5, lease_expires_at = $6,
-		run_at = $7, updated_at = $8, completed_at = $9, last_error = $10, errors = $11, result = $12, attestation = $13 WHERE id = $1`,
-		int64(rec.ID), string(rec.State), int64(rec.Attempts), int64(rec.MaxAttempts), []byte(rec.ClaimedBy), rec.LeaseExpiresAt,
-		rec.RunAt, rec.UpdatedAt, rec.CompletedAt, []byte(rec.LastError), errs, nullBytes(rec.Result), nullBytes(rec.Attestation))
-	if err != nil {
-		return err
-	}
-	if _, ok := w.locked[rec.ID]; ok {
-		if err := w.keepLocked(old, rec, errs); err != nil {
-			return err
-		}
 	}
 	return moved(w, old, rec)
-}
-
-// keepLocked updates the batch's copy of a row it locked to what putJob
-// wrote over old, as a read of the row would return it.
-func (w *writer) keepLocked(old, rec *db.JobRecord, errs []byte) error {
-	c := old.Clone()
-	c.State, c.Attempts, c.MaxAttempts, c.ClaimedBy, c.LeaseExpiresAt = rec.State, rec.Attempts, rec.MaxAttempts, rec.ClaimedBy, rec.LeaseExpiresAt
-	c.RunAt, c.UpdatedAt, c.CompletedAt, c.LastError = rec.RunAt, rec.UpdatedAt, rec.CompletedAt, rec.LastError
-	c.Errors, c.Result, c.Attestation = nil, nullResult(rec.Result), nullResult(rec.Attestation)
-	if len(errs) > 0 {
-		if err := msgrec.Unmarshal(errs, &c.Errors); err != nil {
-			return err
-		}
-	}
-	w.locked[rec.ID] = &c
-	w.touched = append(w.touched, rec.ID)
-	return nil
 }
 
 // nullResult is b as a read of a column written with nullBytes returns it.
@@ -199,8 +170,11 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db
 	}
 	var plan opPlan
 	for _, req := range reqs {
-		if req.IdempotencyKey != "" {
+		if req.IdempotencyKey == "" {
+			plan.inserts++
+		} else {
 			plan.keys = append(plan.keys, idemKey(req.Queue, req.IdempotencyKey))
+			plan.idem = append(plan.idem, idemPair{req.Queue, req.IdempotencyKey})
 		}
 	}
 	var results []db.EnqueueResult
@@ -219,34 +193,29 @@ func (s *Store) EnqueueJobs(ctx context.Context, reqs []db.EnqueueRequest) ([]db
 }
 
 func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
-	existing := func() (db.EnqueueResult, error) {
-		old, err := scanJob(w.tx.QueryRow(w.ctx, `SELECT `+jobColumns+` FROM fenceq_jobs WHERE queue = $1 AND idempotency_key = $2`,
-			req.Queue, []byte(req.IdempotencyKey)))
-		if err != nil {
-			return db.EnqueueResult{}, err
-		}
-		return db.EnqueueResult{Job: old.Job()}, nil
-	}
 	if req.IdempotencyKey != "" {
-		r, err := existing()
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return r, err
+		old, err := w.byKey(req.Queue, req.IdempotencyKey)
+		if err != nil || old != nil {
+			if old == nil {
+				return db.EnqueueResult{}, err
+			}
+			return db.EnqueueResult{Job: old.Job()}, err
 		}
 	}
-	// The id comes from the sequence in the insert itself, so that an
-	// enqueue that finds its key taken uses none; no column of the row
-	// depends on it.
-	rec, _ := db.Enqueue(0, req, w.now)
-	id, created, err := insertJob(w, &rec, true)
+	// The id was taken from the sequence at the batch's start (opPlan),
+	// one per enqueue without a key and per key no job holds: an enqueue
+	// that finds its key taken uses none.
+	id, err := w.newID()
 	if err != nil {
 		return db.EnqueueResult{}, err
 	}
-	if !created {
-		// Taken since the look above: only by a transaction that did not
-		// hold the key's lock (opPlan), which nothing fenceq runs does.
-		return db.EnqueueResult{}, fmt.Errorf("idempotency key %q of queue %q was taken during the enqueue", req.IdempotencyKey, req.Queue)
-	}
 	rec, ev := db.Enqueue(id, req, w.now)
+	if err := w.v.put(&rec, true); err != nil {
+		return db.EnqueueResult{}, err
+	}
+	if req.IdempotencyKey != "" {
+		w.v.keyTaken(req.Queue, req.IdempotencyKey, id)
+	}
 	w.audit(ev)
 	if err := moved(w, nil, &rec); err != nil {
 		return db.EnqueueResult{}, err
@@ -269,15 +238,9 @@ func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.J
 }
 
 func changeIn(w *writer, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (*db.JobRecord, error) {
-	var old *db.JobRecord
-	if r, ok := w.locked[id]; ok {
-		c := r.Clone()
-		old = &c
-	} else {
-		var err error
-		if old, err = getJob(w.ctx, w.tx, id, true); err != nil {
-			return nil, err
-		}
+	old, err := w.job(id)
+	if err != nil {
+		return nil, err
 	}
 	next, ev, err := transition(old, w.now)
 	if err != nil {
@@ -331,7 +294,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 		job  db.Job
 		jobs []db.Job
 	)
-	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}, claim: &next}, func(w *writer) error {
 		rec, err := changeIn(w, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 			return db.Complete(old, req, now)
 		})
@@ -519,7 +482,7 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 		if err != nil {
 			return err
 		}
-		rows, err := w.tx.Query(w.ctx, sweepSQL, plan.FinishedBy, plan.Limit)
+		rows, err := w.tx.Query(w.ctx, sweepSQL, plan.FinishedBy, plan.Limit, w.v.heldIDs())
 		if err != nil {
 			return err
 		}
@@ -532,7 +495,6 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 				return err
 			}
 			ids = append(ids, uint64(id))
-			delete(w.locked, uint64(id))
 			w.count(q, db.State(st), -1)
 		}
 		rows.Close()
@@ -551,10 +513,11 @@ func (s *Store) SweepOnce(ctx context.Context, retention time.Duration, limit in
 }
 
 // sweepSQL executes a db.Sweep: it deletes up to $2 jobs in db.SweptStates
-// whose updated_at is at or before $1, oldest first. The states are
-// literals, so that the partial index fenceq_jobs_finished serves it.
+// whose updated_at is at or before $1, oldest first, but the rows $3 the
+// batch holds (they may change in its view). The states are literals, so
+// that the partial index fenceq_jobs_finished serves it.
 var sweepSQL = `DELETE FROM fenceq_jobs WHERE id IN (
-	SELECT id FROM fenceq_jobs WHERE state IN (` + sqlStates(db.SweptStates) + `) AND updated_at <= $1
+	SELECT id FROM fenceq_jobs WHERE state IN (` + sqlStates(db.SweptStates) + `) AND updated_at <= $1 AND id <> ALL($3)
 	ORDER BY updated_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id, queue, state`
 
 // sqlStates lists states as SQL literals.

@@ -56,6 +56,13 @@ func (s *Store) SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.Pau
 		if err != nil {
 			return err
 		}
+		// The batch's view follows (a fault after this fails the batch).
+		if next != nil {
+			w.v.paused[req.Queue] = true
+		} else {
+			delete(w.v.paused, req.Queue)
+			delete(w.v.pool, req.Queue) // fetched while paused: none
+		}
 		w.audit(ev)
 		return nil
 	})
@@ -83,9 +90,8 @@ func (s *Store) PausedQueues(ctx context.Context) ([]db.QueuePause, error) {
 	return out, s.readError(rows.Err())
 }
 
-// isPaused reports whether queue is paused in w's transaction.
+// isPaused reports whether queue is paused in w's transaction: from the
+// paused queues its batch read at its start, kept by its own pauses.
 func isPaused(w *writer, queue string) (bool, error) {
-	var p bool
-	err := w.tx.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = $1)`, queue).Scan(&p)
-	return p, err
+	return w.v.paused[queue], nil
 }

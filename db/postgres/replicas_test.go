@@ -198,8 +198,9 @@ func TestReplicas_RacingTheSameIdempotencyKeyFailsNobody(t *testing.T) {
 }
 
 // TestBatch_OneMutationsSQLErrorFailsOnlyIt: a statement PostgreSQL
-// refuses in one mutation of a shared transaction rolls back that
-// mutation alone (its savepoint); the others commit.
+// refuses in one mutation of a shared transaction fails that mutation
+// alone: the batch is rolled back and runs each mutation in a transaction
+// of its own (no savepoints); the others commit, once each.
 func TestBatch_OneMutationsSQLErrorFailsOnlyIt(t *testing.T) {
 	s := mustOpenStore(t, db.Rules{})
 	// Hold the commit loop with a first mutation, so that the next ones

@@ -1,8 +1,11 @@
 // Package postgres is fenceq's PostgreSQL engine: several fenceq processes
 // (replicas) over one database, with the rules of package db. Each
 // operation is one PostgreSQL transaction; concurrent mutations of one
-// replica share a transaction (group commit), each in its own savepoint so
-// that one request's SQL error never fails the others. Every mutation
+// replica share a transaction (group commit), decided in order against the
+// batch's view of the rows it read at its start and written at its end
+// with one statement per kind (batchView); one request's SQL error fails
+// the batch, which then runs each of its requests alone, so that it never
+// fails the others. Every mutation
 // appends to the one audit chain, whose head row a batch locks last, just
 // before its commit: replicas' batches lock and write their rows at once,
 // and only their appends to the chain (and their commits) take turns. A
@@ -54,8 +57,8 @@ type Options struct {
 	// time for every replica of one database at once.
 	db.Rules
 	// MaxBatch bounds how many mutations share one transaction. Default
-	// 60: each has a savepoint, and PostgreSQL keeps the subtransactions
-	// of a transaction cheaply only up to 64.
+	// 500: a batch's statements do not grow with it (batchView), and it
+	// must still commit well within a request's deadline.
 	MaxBatch int
 	// MaxConns is the connection pool's size. Default 16.
 	MaxConns int32
@@ -77,7 +80,7 @@ type Options struct {
 func (o *Options) setDefaults() {
 	o.Rules.SetDefaults()
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 60
+		o.MaxBatch = 500
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 16
@@ -116,6 +119,7 @@ type Store struct {
 	commits      atomic.Uint64
 	committedOps atomic.Uint64
 	trips        atomic.Uint64 // round trips of the batches' transactions
+	stmts        atomic.Uint64 // statements of the batches' transactions
 	retries      atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
 	// headHeld sums, over headBatches batches, the time from the audit
 	// head's lock reaching this replica to the commit's answer: a lower
@@ -365,8 +369,10 @@ func (s *Store) close() error {
 // else goes on until Close.
 func (s *Store) StopWaiting() { s.waits.Stop() }
 
-// CommitStats reports how many transactions the store committed and how
-// many mutations they carried.
+// CommitStats reports how many transactions that wrote the store
+// committed and how many mutations they carried. A batch that wrote
+// nothing (claims that found nothing) is not one: its COMMIT flushes
+// nothing to disk.
 func (s *Store) CommitStats() (commits, ops uint64) {
 	return s.commits.Load(), s.committedOps.Load()
 }
@@ -476,6 +482,10 @@ type writeOp struct {
 type opPlan struct {
 	jobs []uint64 // job rows it changes by id
 	keys []string // names it must hold alone: idempotency keys, lease names, pauses
+	// What the batch reads for it at its start, in the same round trip:
+	inserts int              // at most this many new jobs (ids from the sequence)
+	idem    []idemPair       // the jobs holding these idempotency keys
+	claim   *db.ClaimRequest // the candidates of a claim (normalized)
 }
 
 // Names of opPlan.keys, each a transaction-level advisory lock.
@@ -552,24 +562,18 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// writer is what a mutation writes through: its savepoint, the batch's
-// time, and what it leaves for the end of the batch (audit events, count
-// changes, notifications), kept apart per mutation so that one rolled back
-// leaves nothing.
+// writer is what a mutation writes through: the batch's transaction and
+// view of its job rows, the batch's time, and what it leaves for the end
+// of the batch (audit events, count changes, notifications), kept apart
+// per mutation so that one that fails leaves nothing.
 type writer struct {
 	ctx context.Context
 	tx  sqlTx
 	now time.Time
 	s   *Store
-	// promoted: a claim of the batch has promoted the due scheduled jobs;
-	// the batch's other claims need not look again.
-	promoted *bool
-	// locked are the job rows the batch locked at its start (opPlan.jobs),
-	// as they stand in the transaction: no other transaction can change
-	// them, and the batch's own writes keep them current, so a mutation
-	// reads its row here instead of in a round trip.
-	locked  map[uint64]*db.JobRecord
-	touched []uint64 // ids of locked it changed: forgotten if it rolls back
+	// v is the batch's view of the job rows it holds: a mutation reads
+	// and changes its rows there, and the batch writes them at its end.
+	v       *batchView
 	events  []db.AuditEvent
 	counts  map[countKey]int64
 	notify  []string
@@ -595,7 +599,15 @@ func (w *writer) audit(e db.AuditEvent) { w.events = append(w.events, e) }
 
 // commitBatch runs batch in one transaction and answers each mutation once
 // it committed. It returns the mutations to run again in a new transaction
-// (a deadlock or serialization failure of theirs).
+// (a deadlock or serialization failure).
+//
+// The mutations decide in order against the batch's view of its rows and
+// write nothing but through it (and statements of their own that come
+// after their decision: a refusal has written nothing); the job rows are
+// written at the end, one statement per kind. A fault (a statement
+// PostgreSQL refuses, in a mutation or in the batch's writes) fails the
+// transaction: the batch then runs each of its mutations alone, so that
+// only the one at fault fails, and no savepoint is needed.
 func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	if batch = s.dropLate(batch); len(batch) == 0 {
 		return nil
@@ -611,15 +623,15 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		}
 	}
 	var (
-		tx     *batchTx
-		now    time.Time
-		locked map[uint64]*db.JobRecord
-		err    error
+		tx  *batchTx
+		now time.Time
+		v   *batchView
+		err error
 	)
 	// A connection the pool still holds may have died with a restart of
 	// the server: nothing was applied yet, so one more attempt is safe.
 	for attempt := 0; attempt < 2; attempt++ {
-		tx, now, locked, err = s.beginBatch(ctx, batch)
+		tx, now, v, err = s.beginBatch(ctx, batch)
 		if err == nil || !isConnError(err) {
 			break
 		}
@@ -629,80 +641,60 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			s.retries.Add(1)
 			return batch
 		}
+		if len(batch) > 1 && !isConnError(err) {
+			return s.alone(batch)
+		}
 		finish(s.writeError(err))
 		return nil
 	}
 	var all writer
-	all.ctx, all.tx, all.now = ctx, tx, now
-	promoted := false
+	all.ctx, all.tx, all.now, all.v = ctx, tx, now, v
 	abort := func() {
 		s.endBatch(tx)
 		for _, f := range all.onAbort {
 			f()
 		}
 	}
-	ran := batch[:0:0]
 	for _, op := range batch {
-		w := &writer{ctx: ctx, tx: tx, now: now, s: s, promoted: &promoted, locked: locked}
-		promotedBefore := promoted
-		// A savepoint per mutation, sent with its first statement and never
-		// released: releasing costs a round trip and frees nothing the
-		// commit does not.
-		sp := len(batch) > 1
-		tx.sp = sp
-		err := runOp(op.fn, w)
-		spSent := sp && !tx.sp
-		tx.sp = false
-		if err != nil {
-			promoted = promotedBefore
-			for _, id := range w.touched {
-				delete(locked, id) // rolled back: read from the database again
+		w := &writer{ctx: ctx, tx: tx, now: now, s: s, v: v}
+		mark := len(v.undo)
+		op.err = runOp(op.fn, w)
+		if op.err == nil {
+			all.events = append(all.events, w.events...)
+			for k, d := range w.counts {
+				all.count(k.queue, k.state, d)
 			}
-			for _, f := range w.onAbort {
-				f()
-			}
-		}
-		if err != nil && !db.IsRefusal(err) && !sp {
-			// The only mutation: its failure is the transaction's.
-			s.endBatch(tx)
-			if retryable(err) && op.tries < 3 {
-				op.tries++
-				s.retries.Add(1)
-				return []*writeOp{op}
-			}
-			finish(s.writeError(err))
-			return nil
-		}
-		if err != nil {
-			if spSent {
-				if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT fenceq_op`); rerr != nil {
-					abort()
-					finish(s.writeError(rerr))
-					return nil
-				}
-			}
-			if retryable(err) && op.tries < 3 {
-				op.tries++
-				s.retries.Add(1)
-				retry = append(retry, op)
-				continue
-			}
-			op.err = s.writeError(err)
-			ran = append(ran, op)
+			all.notify = append(all.notify, w.notify...)
+			all.claimed = append(all.claimed, w.claimed...)
+			all.paused = append(all.paused, w.paused...)
+			all.after = append(all.after, w.after...)
+			all.onAbort = append(all.onAbort, w.onAbort...)
 			continue
 		}
-		op.err = nil
-		all.events = append(all.events, w.events...)
-		for k, d := range w.counts {
-			all.count(k.queue, k.state, d)
+		v.rollback(mark)
+		for _, f := range w.onAbort {
+			f()
 		}
-		all.notify = append(all.notify, w.notify...)
-		all.claimed = append(all.claimed, w.claimed...)
-		all.paused = append(all.paused, w.paused...)
-		all.after = append(all.after, w.after...)
-		all.onAbort = append(all.onAbort, w.onAbort...)
-		ran = append(ran, op)
+		if db.IsRefusal(op.err) {
+			continue // decided before it wrote: nothing of it is left
+		}
+		// A fault: the transaction may have failed with it.
+		abort()
+		if retryable(op.err) && op.tries < 3 {
+			op.tries++
+			s.retries.Add(1)
+			return batch
+		}
+		if len(batch) > 1 && !isConnError(op.err) {
+			return s.alone(batch)
+		}
+		finish(s.writeError(op.err))
+		return nil
 	}
+	for k, d := range v.counts {
+		all.count(k.queue, k.state, d)
+	}
+	wrote := len(all.events) > 0 || hasCounts(all.counts) || len(all.notify) > 0 || len(v.dirty) > 0
 	committed, err := s.finishBatch(&all)
 	if err != nil && !committed {
 		abort()
@@ -710,27 +702,44 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 			s.retries.Add(1)
 			return batch
 		}
+		if len(batch) > 1 && !isConnError(err) {
+			return s.alone(batch)
+		}
 		finish(s.writeError(err))
 		return nil
 	}
 	if err != nil {
 		abort()
-		for _, op := range append(ran, retry...) {
+		for _, op := range batch {
 			op.err = commitError(s, err)
 			close(op.done)
 		}
 		return nil
 	}
 	s.endBatch(tx)
-	s.commits.Add(1)
-	s.committedOps.Add(uint64(len(ran)))
-	for _, op := range ran {
+	if wrote {
+		s.commits.Add(1)
+		s.committedOps.Add(uint64(len(batch)))
+	}
+	for _, op := range batch {
 		close(op.done)
 	}
 	for _, f := range all.after {
 		f()
 	}
-	return retry
+	return nil
+}
+
+// alone runs each mutation of a batch that failed in a transaction of its
+// own, in order: the one at fault fails alone. Rare, so not fast.
+func (s *Store) alone(batch []*writeOp) []*writeOp {
+	s.retries.Add(1)
+	for _, op := range batch {
+		for r := []*writeOp{op}; len(r) > 0; {
+			r = s.commitBatch(r)
+		}
+	}
+	return nil
 }
 
 // batchContext is the context of a batch's statements: it ends at the
@@ -819,9 +828,13 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 }
 
 // beginBatch starts a batch's transaction in one round trip: BEGIN, the
-// batch's time, then the locks its mutations
-// declared, named locks in key order and then job rows in id order (see
-// opPlan). The audit head is not locked here but at the batch's end.
+// batch's time, then the locks its mutations declared, named locks in key
+// order and then job rows in id order (see opPlan), and what its
+// mutations will read: ids for its new jobs, the jobs holding the
+// idempotency keys its enqueues name, the paused queues, and for its
+// claims the promotion of due scheduled jobs and their candidates, in one
+// statement for all of them. The audit head is not locked here but at the
+// batch's end.
 //
 // The time is read at the start, before any lock, and may be a little
 // older than the commit. That is safe: every decision about one job (or
@@ -830,9 +843,12 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 // it could not see; and a time read early only makes a lease look live
 // longer and a scheduled job not yet due, never a lease expired early.
 // The audit chain's times are kept from stepping back in finishBatch.
-func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, map[uint64]*db.JobRecord, error) {
-	var jobs []int64
-	var keys []int64
+func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, *batchView, error) {
+	var jobs, keys []int64
+	var idemQ, idemK []string
+	inserts := 0
+	var claimQueues []string
+	limits := map[string]int{}
 	for _, op := range batch {
 		for _, id := range op.plan.jobs {
 			if id <= 1<<63-1 {
@@ -842,15 +858,30 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		for _, k := range op.plan.keys {
 			keys = append(keys, lockKey(k))
 		}
+		inserts += op.plan.inserts
+		for _, k := range op.plan.idem {
+			idemQ, idemK = append(idemQ, k.queue), append(idemK, k.key)
+		}
+		if c := op.plan.claim; c != nil {
+			for _, q := range c.Queues {
+				if _, ok := limits[q]; !ok {
+					claimQueues = append(claimQueues, q)
+				}
+				limits[q] = min(limits[q]+c.Max, db.MaxClaimBatch)
+			}
+		}
 	}
+	slices.Sort(jobs)
+	jobs = slices.Compact(jobs)
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, time.Time{}, nil, err
 	}
-	tx := &batchTx{conn: conn, trips: &s.trips}
+	tx := &batchTx{conn: conn, trips: &s.trips, stmts: &s.stmts}
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
-	b.Queue(`SELECT `+nowSQL, s.clockArg())
+	// The time, kept for the statements after this one in the round trip.
+	b.Queue(`SELECT set_config('fenceq.now', (`+nowSQL+`)::text, true)::bigint`, s.clockArg())
 	if len(keys) > 0 {
 		slices.Sort(keys)
 		b.Queue(`SELECT count(*) FROM (SELECT DISTINCT k FROM unnest($1::bigint[]) AS u(k) ORDER BY k) AS u
@@ -859,8 +890,24 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	if len(jobs) > 0 {
 		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, jobs)
 	}
-	tx.trip()
+	newIDs := inserts > 0 || len(idemQ) > 0
+	if newIDs {
+		// One per enqueue without a key, and one per key no job holds.
+		b.Queue(`SELECT nextval('fenceq_job_id') FROM generate_series(1, $1::int + (SELECT count(*)::int FROM (SELECT DISTINCT q, k FROM unnest($2::text[], $3::bytea[]) AS u(q, k)) AS u
+			WHERE NOT EXISTS (SELECT 1 FROM fenceq_jobs WHERE queue = u.q AND idempotency_key = u.k)))`, inserts, idemQ, toBytes(idemK))
+	}
+	if len(idemQ) > 0 {
+		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE (queue, idempotency_key) IN (SELECT q, k FROM unnest($1::text[], $2::bytea[]) AS u(q, k))`,
+			idemQ, toBytes(idemK))
+	}
+	b.Queue(`SELECT queue FROM fenceq_paused`)
+	if len(claimQueues) > 0 {
+		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(claimQueues, time.Time{}, true), nil, nil)...)
+		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
+	}
+	tx.tripOf(b.Len())
 	br := conn.SendBatch(ctx, b)
+	v := newBatchView()
 	var ns int64
 	_, err = br.Exec()
 	if err == nil {
@@ -869,12 +916,51 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	if err == nil && len(keys) > 0 {
 		_, err = br.Exec()
 	}
-	locked := map[uint64]*db.JobRecord{}
 	if err == nil && len(jobs) > 0 {
 		var recs []*db.JobRecord
 		if recs, err = scanJobs(br.Query()); err == nil {
+			for _, id := range jobs {
+				v.asked[uint64(id)] = true
+			}
 			for _, r := range recs {
-				locked[r.ID] = r
+				v.rows[r.ID] = r
+			}
+		}
+	}
+	if err == nil && newIDs {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			v.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			slices.Sort(v.ids)
+		}
+	}
+	if err == nil && len(idemQ) > 0 {
+		for i := range idemQ {
+			v.idem[idemPair{idemQ[i], idemK[i]}] = nil // no job holds it
+		}
+		var recs []*db.JobRecord
+		if recs, err = scanJobs(br.Query()); err == nil {
+			for _, r := range recs {
+				v.idem[idemPair{r.Queue, r.IdempotencyKey}] = r
+			}
+		}
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var paused []string
+			if paused, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+				for _, q := range paused {
+					v.paused[q] = true
+				}
+			}
+		}
+	}
+	if err == nil && len(claimQueues) > 0 {
+		if err = readPromoted(v, br); err == nil {
+			var recs []*db.JobRecord
+			if recs, err = scanJobs(br.Query()); err == nil {
+				v.fill(claimQueues, recs, limits)
 			}
 		}
 	}
@@ -885,7 +971,16 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		s.endBatch(tx)
 		return nil, time.Time{}, nil, err
 	}
-	return tx, time.Unix(0, ns).UTC(), locked, nil
+	v.undo = nil
+	return tx, time.Unix(0, ns).UTC(), v, nil
+}
+
+func toBytes(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
 }
 
 // endBatch ends tx (a rollback unless it committed) and gives its
@@ -905,13 +1000,14 @@ func (s *Store) endBatch(tx *batchTx) {
 	tx.conn = nil
 }
 
-// finishBatch locks the audit head, appends the batch's links after it,
-// moves the counters, queues the notifications and commits: two round
-// trips, the head held for one. committed says whether COMMIT was sent
+// finishBatch writes the batch's job rows (one statement per kind, over
+// arrays), moves the counters, locks the audit head, appends the batch's
+// links after it, sends the notifications and commits: two round trips,
+// the head held for one. committed says whether COMMIT was sent
 // and may have been applied (an error then leaves the outcome unknown).
 func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	tx := w.tx.(*batchTx)
-	if len(w.events) == 0 && !hasCounts(w.counts) && len(w.notify) == 0 {
+	if len(w.events) == 0 && !hasCounts(w.counts) && len(w.notify) == 0 && len(w.v.dirty) == 0 {
 		tx.trip()
 		_, err := tx.conn.Exec(w.ctx, `COMMIT`)
 		return true, err
@@ -920,6 +1016,10 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	// it is held from here to the commit, one round trip. The counters
 	// are written just before it, in the same round trip.
 	b := &pgx.Batch{}
+	updates, inserts, err := w.v.flushJobs(b)
+	if err != nil {
+		return false, err
+	}
 	s.queueCounts(b, w)
 	nCounts := b.Len()
 	// The schema version comes with the head row: a replica that a newer
@@ -932,10 +1032,18 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		// took the head, so this statement sees it.
 		b.Queue(`SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = ANY($1))`, claimed)
 	}
-	tx.trip()
+	tx.tripOf(b.Len())
 	br := tx.conn.SendBatch(w.ctx, b)
 	for i := 0; i < nCounts && err == nil; i++ {
-		_, err = br.Exec()
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		switch {
+		case err != nil:
+		case i == 0 && updates > 0:
+			err = checkWritten("update", tag.RowsAffected(), updates)
+		case i == min(updates, 1) && inserts > 0:
+			err = checkWritten("insert", tag.RowsAffected(), inserts)
+		}
 	}
 	var head auditHead
 	var seq, version int64
@@ -969,7 +1077,7 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return false, err
 	}
 	b.Queue(`COMMIT`)
-	tx.trip()
+	tx.tripOf(b.Len())
 	br = tx.conn.SendBatch(w.ctx, b)
 	for i := 0; i < b.Len(); i++ {
 		if _, err = br.Exec(); err != nil {
@@ -1076,7 +1184,47 @@ func (s *Store) queueChain(b *pgx.Batch, w *writer, head auditHead) error {
 		b.Queue(`UPDATE fenceq_audit_head SET seq = $1, hash = $2, last_time = $3 WHERE id = 1`, int64(seq), prev, at.UnixNano())
 	}
 	if len(w.notify) > 0 {
-		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, notifyPayloads(w.notify), s.channel)
+		b.Queue(`SELECT pg_notify($2, p) FROM unnest($1::text[]) AS p`, notifyPayloads(earliestLater(w.notify)), s.channel)
 	}
 	return nil
+}
+
+// earliestLater keeps, of the notes "l <ns> <queue>" (a job of queue
+// becomes claimable at ns), the earliest per queue, and none for a queue
+// that has a job available now (its waiters look again, and read the next
+// due time then); other notes pass (notifyPayloads turns them into
+// payloads).
+func earliestLater(notes []string) []string {
+	type later struct {
+		ns  int64
+		msg string
+	}
+	avail := map[string]bool{}
+	first := map[string]later{}
+	out := make([]string, 0, len(notes))
+	for _, n := range notes {
+		kind, rest, _ := strings.Cut(n, " ")
+		if kind != "l" {
+			if kind == "a" || kind == "1" {
+				avail[rest] = true
+			}
+			out = append(out, n)
+			continue
+		}
+		nsText, q, _ := strings.Cut(rest, " ")
+		ns, err := strconv.ParseInt(nsText, 10, 64)
+		if err != nil {
+			out = append(out, n)
+			continue
+		}
+		if f, ok := first[q]; !ok || ns < f.ns {
+			first[q] = later{ns, n}
+		}
+	}
+	for q, f := range first {
+		if !avail[q] {
+			out = append(out, f.msg)
+		}
+	}
+	return out
 }
