@@ -244,6 +244,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		WriteTimeout:      cfg.writeTimeout,
 		IdleTimeout:       cfg.idleTimeout,
 		MaxHeaderBytes:    cfg.maxHeaderBytes,
+		Protocols:         api.Protocols(), // HTTP/1.1, HTTP/2 and h2c for gRPC (api/rpc.go)
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
 	scheme := "http"

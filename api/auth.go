@@ -202,26 +202,41 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !guarded && !strings.HasPrefix(c.Path(), "/v1/") {
 			return next(c)
 		}
-		token, ok := bearerToken(c.Request().Header.Get("Authorization"))
-		if !ok {
-			return &Error{http.StatusUnauthorized, "unauthenticated", "missing bearer token: send Authorization: Bearer <token>"}
-		}
-		p, ok := s.cfg.Principals.Authenticate(token)
-		if !ok {
-			return &Error{http.StatusUnauthorized, "unauthenticated", "unknown bearer token"}
-		}
-		c.Set(principalKey, p.Name)
-		c.Set(rolesKey, p)
 		if !guarded {
 			// An unlisted /v1 route is admin-only until someone decides otherwise.
 			need = RoleAdmin
 		}
-		if need != anyRole && !p.Has(need) {
-			return &Error{http.StatusForbidden, "permission_denied",
-				fmt.Sprintf("principal %q lacks the %s role this endpoint needs", p.Name, need)}
+		p, apiErr := s.authorize(c.Request().Header.Get("Authorization"), need)
+		if p.Name != "" {
+			c.Set(principalKey, p.Name)
+			c.Set(rolesKey, p)
+		}
+		if apiErr != nil {
+			return apiErr
 		}
 		return next(c)
 	}
+}
+
+// authorize is the one authentication and role check of both front ends
+// (the JSON routes above, the protobuf RPCs in rpc.go): the principal of
+// an "Authorization: Bearer <token>" header, refused unauthenticated
+// without a known token and permission_denied without role need. The
+// principal is returned when the token is known, even with the refusal.
+func (s *Server) authorize(authorization string, need Role) (Principal, *Error) {
+	token, ok := bearerToken(authorization)
+	if !ok {
+		return Principal{}, &Error{http.StatusUnauthorized, "unauthenticated", "missing bearer token: send Authorization: Bearer <token>"}
+	}
+	p, ok := s.cfg.Principals.Authenticate(token)
+	if !ok {
+		return Principal{}, &Error{http.StatusUnauthorized, "unauthenticated", "unknown bearer token"}
+	}
+	if need != anyRole && !p.Has(need) {
+		return p, &Error{http.StatusForbidden, "permission_denied",
+			fmt.Sprintf("principal %q lacks the %s role this endpoint needs", p.Name, need)}
+	}
+	return p, nil
 }
 
 const rolesKey = "fenceq.roles"

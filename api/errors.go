@@ -1,6 +1,7 @@
 package api
 
 import (
+	"connectrpc.com/connect"
 	"context"
 	"errors"
 	"fmt"
@@ -125,26 +126,49 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	apiErr, known := toAPIError(err)
 	req := c.Request()
-	switch {
-	case !known:
-		s.log.ErrorContext(req.Context(), "internal error", "method", req.Method, "path", req.URL.Path, "err", err)
-	case apiErr.Code == "cancelled":
-		// The client stopped waiting (a worker shutting down ends its own
-		// long-poll): not a refusal, so not counted as one; /metrics still
-		// measures the request (status 499).
-		s.log.DebugContext(req.Context(), "cancelled by the client", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c))
-	default:
-		// Refusals change nothing and are not audited; they are counted and logged.
-		method, route := routeLabels(c)
-		s.refusals.add(method+" "+route, apiErr.Code)
-		s.log.InfoContext(req.Context(), "refused", "method", req.Method, "path", req.URL.Path, "principal", principalOf(c),
-			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
-	}
+	method, route := routeLabels(c)
+	apiErr := s.noteError(req.Context(), err, method, route, req.Method, req.URL.Path, principalOf(c))
 	var body errorBody
 	body.Error.Code, body.Error.Message = apiErr.Code, apiErr.Message
 	if err := c.JSON(apiErr.Status, body); err != nil {
 		s.log.WarnContext(req.Context(), "write error response", "err", err)
 	}
+}
+
+// noteError classifies err (toAPIError) and logs and counts it as both
+// front ends do: an internal error logged in full, a cancelled request at
+// debug level, a refusal counted under "method route" and logged. The
+// caller writes the returned error in its own protocol.
+func (s *Server) noteError(ctx context.Context, err error, method, route, rawMethod, path, principal string) *Error {
+	apiErr, known := toAPIError(err)
+	switch {
+	case !known:
+		s.log.ErrorContext(ctx, "internal error", "method", rawMethod, "path", path, "err", err)
+	case apiErr.Code == "cancelled":
+		// The client stopped waiting (a worker shutting down ends its own
+		// long-poll): not a refusal, so not counted as one; /metrics still
+		// measures the request (status 499).
+		s.log.DebugContext(ctx, "cancelled by the client", "method", rawMethod, "path", path, "principal", principal)
+	default:
+		// Refusals change nothing and are not audited; they are counted and logged.
+		s.refusals.add(method+" "+route, apiErr.Code)
+		s.log.InfoContext(ctx, "refused", "method", rawMethod, "path", path, "principal", principal,
+			"status", apiErr.Status, "code", apiErr.Code, "message", apiErr.Message)
+	}
+	return apiErr
+}
+
+// rpcCode is the gRPC code an API code is answered with over protobuf:
+// the API's codes are gRPC's names (errorCodes), spelt as connect spells
+// them except "cancelled". A code not in the table is internal.
+func rpcCode(apiCode string) connect.Code {
+	if apiCode == "cancelled" {
+		return connect.CodeCanceled
+	}
+	var c connect.Code
+	if _, ok := errorCodes[apiCode]; !ok || c.UnmarshalText([]byte(apiCode)) != nil {
+		return connect.CodeInternal
+	}
+	return c
 }

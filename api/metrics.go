@@ -96,10 +96,17 @@ func (s *Server) instrument(next echo.HandlerFunc) echo.HandlerFunc {
 			c.Error(err)
 		}
 		method, route := routeLabels(c)
-		s.metrics.duration.WithLabelValues(method, route, strconv.Itoa(c.Response().Status)).
-			Observe(time.Since(start).Seconds())
+		s.observe(method, route, c.Response().Status, start)
 		return nil
 	}
+}
+
+// observe is the latency measure of both front ends: a JSON request by its
+// route template, a protobuf RPC by its procedure (route
+// "/fenceq.v1.JobService/ClaimJob", method "POST") and the HTTP status the
+// JSON API answers its outcome with (errorCodes).
+func (s *Server) observe(method, route string, status int, start time.Time) {
+	s.metrics.duration.WithLabelValues(method, route, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
 }
 
 // otherQueues is the queue label of the queues past Config.MetricsMaxQueues.

@@ -2,7 +2,10 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -52,6 +55,7 @@ func saneRequestID(id string) bool {
 // request is also logged when it has been answered.
 func (s *Server) requestIDs(next echo.HandlerFunc) echo.HandlerFunc {
 	withID := middleware.RequestIDWithConfig(middleware.RequestIDConfig{
+		Generator: newRequestID,
 		RequestIDHandler: func(c echo.Context, id string) {
 			req := c.Request()
 			c.SetRequest(req.WithContext(context.WithValue(req.Context(), requestIDKey{}, id)))
@@ -70,6 +74,24 @@ func (s *Server) requestIDs(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return err
 	}
+}
+
+// newRequestID is the id given to a request without a sane one of its own
+// (both front ends): 32 hex digits.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// requestIDOf is the id of a request with header h: the caller's own when
+// it is sane (saneRequestID), else a new one. The protobuf front end's
+// rule; the JSON routes' middleware above applies the same.
+func requestIDOf(h http.Header) string {
+	if id := h.Get(RequestIDHeader); saneRequestID(id) {
+		return id
+	}
+	return newRequestID()
 }
 
 // requestIDHandler adds the request id of the context a record is logged

@@ -115,6 +115,7 @@ type Server struct {
 	obs      *observer  // claims, completions, failures, zombies (status.go)
 	audit    auditCheck // the status page's cached chain walk
 	metrics  *metrics   // GET /metrics (metrics.go)
+	rpc      *rpcFront  // the protobuf API (rpc.go)
 }
 
 // New returns the API server for store.
@@ -148,6 +149,7 @@ func New(store Store, cfg Config) *Server {
 	s := &Server{store: observedStore{store, obs, log}, engine: store, cfg: cfg, log: log,
 		echo: echo.New(), obs: obs}
 	s.initMetrics()
+	s.initRPC()
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -212,7 +214,15 @@ func New(store Store, cfg Config) *Server {
 }
 
 // ServeHTTP makes Server an http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// Protobuf requests (rpc.go) go to connect before echo's middleware, which
+// answers in JSON that gRPC clients cannot read.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if isRPC(r.URL.Path) {
+		s.rpc.ServeHTTP(w, r)
+		return
+	}
+	s.echo.ServeHTTP(w, r)
+}
 
 // headKey marks a HEAD request that headAsGet routes as a GET.
 const headKey = "fenceq.head"
@@ -266,11 +276,21 @@ func (s *Server) deadline(next echo.HandlerFunc) echo.HandlerFunc {
 		if streamed(c) {
 			return next(c)
 		}
-		ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.WriteTimeout*9/10)
+		ctx, cancel := s.requestContext(c.Request().Context())
 		defer cancel()
 		c.SetRequest(c.Request().WithContext(ctx))
 		return next(c)
 	}
+}
+
+// requestContext is the deadline of every request of both front ends
+// (JSON routes and protobuf RPCs): nine tenths of the write timeout, none
+// without one.
+func (s *Server) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.cfg.WriteTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.WriteTimeout*9/10)
 }
 
 // streamed reports whether c is a streamed download: GET /v1/backup or GET
@@ -292,10 +312,7 @@ func streamed(c echo.Context) bool {
 // stepContext bounds one store call of a streamed download as a request
 // is bounded (nine tenths of the write timeout).
 func (s *Server) stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.cfg.WriteTimeout <= 0 {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, s.cfg.WriteTimeout*9/10)
+	return s.requestContext(ctx)
 }
 
 // limitBody caps every request body; reading past the cap fails the decode
@@ -303,12 +320,21 @@ func (s *Server) stepContext(ctx context.Context) (context.Context, context.Canc
 func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		if req.ContentLength > s.cfg.MaxBodyBytes {
-			return &Error{http.StatusRequestEntityTooLarge, "resource_exhausted", "request body is larger than the server's limit"}
+		if err := s.checkBodySize(req.ContentLength); err != nil {
+			return err
 		}
 		req.Body = http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxBodyBytes)
 		return next(c)
 	}
+}
+
+// checkBodySize is the body limit (--max-body) of both front ends: a
+// request, or a protobuf message, of n bytes is refused when n is over it.
+func (s *Server) checkBodySize(n int64) *Error {
+	if n > s.cfg.MaxBodyBytes {
+		return &Error{http.StatusRequestEntityTooLarge, "resource_exhausted", "request body is larger than the server's limit"}
+	}
+	return nil
 }
 
 const principalKey = "fenceq.principal"

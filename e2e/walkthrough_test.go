@@ -122,10 +122,22 @@ func TestWalkthrough_TheDocsBlocksRunAgainstTheRealBinary(t *testing.T) {
 			t.Fatalf("the docs' blocks are pasted into %s, which is not installed (%v): .ci/walkthrough.sh installs it (apt-get install %s)", sh, err, sh)
 		}
 	}
+	// docs/api.md's protobuf blocks run buf curl: buf is the npm package
+	// .ci/proto.sh installs into .ci/proto (or one on the PATH).
+	bufDir, err := filepath.Abs(filepath.Join(repoRoot, ".ci", "proto", "node_modules", ".bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + bufDir + string(os.PathListSeparator) + os.Getenv("PATH")}
+	if _, err := os.Stat(filepath.Join(bufDir, "buf")); err != nil {
+		if _, err := exec.LookPath("buf"); err != nil {
+			t.Fatalf("docs/api.md's blocks run buf curl, and buf is neither in %s nor on the PATH: run .ci/proto.sh (npm ci of .ci/proto)", bufDir)
+		}
+	}
 	for round, sh := range []walkthrough.Shell{walkthrough.Bash, walkthrough.Zsh} {
 		for _, p := range pages {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			out, errs := walkthrough.Run(ctx, sh, dir, base, nil, p.blocks)
+			out, errs := walkthrough.Run(ctx, sh, dir, base, env, p.blocks)
 			cancel()
 			for _, err := range errs {
 				t.Errorf("paste %d (%s): %v", round+1, sh, err)

@@ -78,7 +78,9 @@ func Serve(tb testing.TB, store db.Store, cfg api.Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	srv := httptest.NewServer(api.New(store, cfg))
+	srv := httptest.NewUnstartedServer(api.New(store, cfg))
+	srv.Config.Protocols = api.Protocols() // h2c too: gRPC clients (api/rpc.go)
+	srv.Start()
 	tb.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
