@@ -9,11 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,5 +215,53 @@ func TestBatch_TopLevelWorkerTooLongIsAWhole400(t *testing.T) {
 	wantUnchanged(t, "batches with a worker over 200 bytes", before, ts.snapshot())
 	if ok := slices.Contains([]string{"claimed"}, string(wantJob(t, "GET", ts.get(fmt.Sprint("/v1/jobs/", job.ID)), 200).State)); !ok {
 		t.Errorf("the job is no longer claimed")
+	}
+}
+
+// readsCounted is a real store that counts the streamed reads: a HEAD of
+// a download must not make one.
+type readsCounted struct {
+	db.Store
+	backups, archives atomic.Int64
+}
+
+func (r *readsCounted) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	r.backups.Add(1)
+	return r.Store.(db.Backuper).Backup(ctx, w)
+}
+
+func (r *readsCounted) ArchiveAudit(ctx context.Context, req db.ArchiveAuditRequest, start func(db.AuditCheckpoint) error, add func(db.AuditRecord) error) error {
+	r.archives.Add(1)
+	return r.Store.ArchiveAudit(ctx, req, start, add)
+}
+
+// HEAD of a streamed download answers GET's status and headers without
+// reading the snapshot or the log: before, HEAD /v1/backup wrote the
+// whole file into the void.
+func TestHEAD_OfADownloadReadsNoSnapshot(t *testing.T) {
+	ts := newTestServer(t, db.Rules{}, api.Config{})
+	ts.enqueue(map[string]any{"queue": "q"})
+	store := &readsCounted{Store: ts.store}
+	srv := api.New(store, api.Config{AuditRetention: time.Nanosecond})
+	for _, path := range []string{"/v1/backup", "/v1/audit/archive"} {
+		get := httptest.NewRecorder()
+		srv.ServeHTTP(get, httptest.NewRequest(http.MethodGet, path, nil))
+		b, a := store.backups.Load(), store.archives.Load()
+		head := httptest.NewRecorder()
+		srv.ServeHTTP(head, httptest.NewRequest(http.MethodHead, path, nil))
+		if head.Code != get.Code || head.Code != http.StatusOK || head.Body.Len() != 0 {
+			t.Errorf("HEAD %s = %d with %d body bytes; want GET's %d (200) and no body", path, head.Code, head.Body.Len(), get.Code)
+		}
+		for _, h := range []string{"Content-Type", "Content-Disposition"} {
+			if g, hh := get.Header().Get(h), head.Header().Get(h); g != hh || g == "" {
+				t.Errorf("HEAD %s %s = %q, GET's %q", path, h, hh, g)
+			}
+		}
+		if store.backups.Load() != b || store.archives.Load() != a {
+			t.Errorf("HEAD %s read the store's snapshot (backups %d→%d, archives %d→%d)", path, b, store.backups.Load(), a, store.archives.Load())
+		}
+	}
+	if store.backups.Load() != 1 || store.archives.Load() != 1 {
+		t.Errorf("the GETs made %d backups and %d archives, want 1 and 1", store.backups.Load(), store.archives.Load())
 	}
 }

@@ -47,6 +47,9 @@ func (s *Server) archiveAudit(c echo.Context) error {
 	res := c.Response()
 	w := &backupWriter{res: res, rc: http.NewResponseController(res), stall: s.cfg.StallTimeout, contentType: "application/x-ndjson",
 		name: "fenceq-audit-" + cut.UTC().Format("20060102T150405Z") + ".jsonl"}
+	if c.Request().Method == http.MethodHead {
+		return w.headOnly(c.Request().Context(), s.store.Ping)
+	}
 	// A streamed download (streamed in server.go): no deadline as a whole,
 	// each write bounded by the stall timeout.
 	// The checkpoint and the records come from one snapshot of the log

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -25,6 +26,9 @@ func (s *Server) backup(c echo.Context) error {
 	b, ok := s.engine.(db.Backuper)
 	if !ok {
 		return &Error{http.StatusNotFound, "not_found", "this store cannot write a backup"}
+	}
+	if c.Request().Method == http.MethodHead {
+		return w.headOnly(c.Request().Context(), s.store.Ping)
 	}
 	n, err := b.Backup(c.Request().Context(), w)
 	if err == nil {
@@ -52,6 +56,18 @@ type backupWriter struct {
 	contentType string // default application/octet-stream
 	stall       time.Duration
 	started     bool
+}
+
+// headOnly answers a HEAD of a streamed download with the headers GET
+// would send, after a read of the store (Ping) tells that GET could
+// start, without reading the snapshot: a monitor's HEAD must not cost a
+// whole file.
+func (w *backupWriter) headOnly(ctx context.Context, ping func(context.Context) error) error {
+	if err := ping(ctx); err != nil {
+		return err
+	}
+	_, err := w.Write(nil)
+	return err
 }
 
 // stallChunk is the most one deadline covers: a client that keeps
