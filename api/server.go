@@ -89,7 +89,8 @@ type Config struct {
 	StallTimeout time.Duration
 	// MetricsMaxQueues bounds the queues /metrics reports one by one: the
 	// largest ones by job count; the rest are summed as queue "(other)",
-	// which no queue can be named. Default 100.
+	// which no queue can be named. Schedules are bounded by it too (the
+	// first ones in name order; the rest as schedule "(other)"). Default 100.
 	MetricsMaxQueues int
 	// Principals enables bearer-token authentication and roles. Nil: every
 	// request is principal "local" with every role (loopback use).
