@@ -107,6 +107,10 @@ func (s Spec) Normalize(created time.Time) (Spec, error) {
 	case s.Cron == "" && s.Every == 0:
 		return Spec{}, errors.New("one of cron and every is required")
 	}
+	if strings.Trim(s.Cron, " \t") == "" && s.Cron != "" {
+		return Spec{}, errors.New("cron: empty expression")
+	}
+	s.Cron = strings.Trim(s.Cron, " \t")
 	if s.Timezone == "" {
 		s.Timezone = "UTC"
 	}
@@ -215,7 +219,7 @@ func parseCron(expr string) (f fields, err error) {
 	if !utf8.ValidString(expr) || strings.ContainsFunc(expr, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
 		return f, fmt.Errorf("cron %q: control characters or invalid UTF-8", q)
 	}
-	trimmed := strings.TrimSpace(expr)
+	trimmed := strings.Trim(expr, " \t")
 	if trimmed == "" {
 		return f, errors.New("cron: empty expression")
 	}
