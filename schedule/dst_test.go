@@ -15,7 +15,13 @@ func utc(tb testing.TB, s string) time.Time {
 	return t
 }
 
-func mustCompile(tb testing.TB, s Spec) *Schedule {
+// fataler is what mustCompile needs of a *testing.T or a *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+func mustCompile(tb fataler, s Spec) *Schedule {
 	tb.Helper()
 	n, err := s.Normalize(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	if err != nil {

@@ -209,6 +209,11 @@ func loadZone(name string) (*time.Location, error) {
 
 var parser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
+// parse is robfig/cron's Parse; a variable so that a test can make it panic.
+var parse = parser.Parse
+
+type cronSchedule = cron.Schedule
+
 // parseCron parses expr with robfig/cron's parser, after refusing what it
 // mishandles, and keeps its bit sets.
 func parseCron(expr string) (f fields, err error) {
@@ -234,7 +239,7 @@ func parseCron(expr string) (f fields, err error) {
 			f, err = fields{}, fmt.Errorf("cron %q: not a valid expression", q)
 		}
 	}()
-	sc, err := parser.Parse(trimmed)
+	sc, err := parse(trimmed)
 	if err != nil {
 		return f, fmt.Errorf("cron %q: %v", q, err)
 	}
