@@ -233,6 +233,7 @@ const (
 	StoredAudit       StoredKind = "audit"         // the chain's links, head and checkpoint
 	StoredRefused     StoredKind = "refused calls" // the refused fenced calls the status page lists (observe.go)
 	StoredWorkers     StoredKind = "workers"       // the workers heard from (observe.go)
+	StoredSchedules   StoredKind = "schedules"     // schedules, their tick records and counters (schedule.go)
 )
 
 // StoredKinds lists every stored kind, in the order a copy carries them.
