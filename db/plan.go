@@ -239,7 +239,7 @@ const (
 // StoredKinds lists every stored kind, in the order a copy carries them.
 // A kind an engine starts to store is added here; the engines' tests then
 // fail until each maps its storage to it and the copy carries it.
-var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit, StoredRefused, StoredWorkers}
+var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit, StoredRefused, StoredWorkers, StoredSchedules}
 
 // SweepPasses runs sweep transactions (once, an engine's SweepOnce) of
 // DefaultSweepBatch jobs until one removes fewer, and returns how many

@@ -407,3 +407,18 @@ func (p *FirePlan) Done(ids []uint64, fired []ScheduledJob) (ScheduleRecord, Aud
 	}
 	return rec, AuditEvent{Principal: "system", Action: "schedule_fire", Subject: ScheduleSubject(p.Name), Details: details}
 }
+
+// ScheduleTick is one tick record: the tick and the job it enqueued.
+type ScheduleTick struct {
+	ScheduledFor int64 // Unix nanoseconds
+	Job          uint64
+}
+
+// ScheduleExport is a schedule's stored state as "fenceq copy" moves it
+// from one engine to another: its name, its record and its tick records
+// (oldest first).
+type ScheduleExport struct {
+	Name   string
+	Record ScheduleRecord
+	Ticks  []ScheduleTick
+}

@@ -117,8 +117,10 @@ func (c *Schedule) ticksIn(next, lo, hi time.Time, max int) (ts []time.Time, com
 
 // lastTicks is the (at most k) latest ticks of the sequence starting at
 // next that are at or before now, oldest first; next <= now, so there is
-// at least one. Cron schedules halve the span until it holds few ticks,
-// so the cost grows with the logarithm of the downtime, not with it.
+// at least one. Every schedules use arithmetic. Cron schedules look back
+// from now over a span growing eightfold until it holds k ticks, and
+// halve a span too dense to walk: the cost does not grow with the
+// downtime (at most a few hundred Next calls for any expression).
 func (c *Schedule) lastTicks(next, now time.Time, k int) []time.Time {
 	if c.spec.Every != 0 {
 		var out []time.Time
@@ -134,11 +136,29 @@ func (c *Schedule) lastTicks(next, now time.Time, k int) []time.Time {
 		}
 		return out
 	}
-	return c.lastTicksIn(next, next, now, k)
+	for span := time.Minute; ; span *= 8 {
+		lo := now.Add(-span)
+		if span >= now.Sub(next) || span > maxSpan || !lo.After(next) {
+			lo = next
+		}
+		ts, complete := c.ticksIn(next, lo, now, walkChunk)
+		if !complete {
+			return c.lastTicksIn(next, lo, now, k)
+		}
+		if len(ts) >= k || lo.Equal(next) {
+			if len(ts) > k {
+				ts = ts[len(ts)-k:]
+			}
+			return ts
+		}
+	}
 }
 
+// walkChunk is how many ticks lastTicks walks before halving a span.
 const walkChunk = 64
 
+// lastTicksIn is lastTicks within [lo, hi], halving the span while it
+// holds more than walkChunk ticks.
 func (c *Schedule) lastTicksIn(next, lo, hi time.Time, k int) []time.Time {
 	ts, complete := c.ticksIn(next, lo, hi, walkChunk)
 	if complete || hi.Sub(lo) < 2*time.Second {

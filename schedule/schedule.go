@@ -76,7 +76,7 @@ const (
 	// missed ticks per pass (every schedules count exactly, by
 	// arithmetic). Finding the ticks a pass fires never walks the
 	// downtime.
-	MaxPlanWalk = 10000
+	MaxPlanWalk = 1000
 )
 
 // StartAt bounds for every schedules.
