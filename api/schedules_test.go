@@ -181,7 +181,7 @@ func TestSchedules_LifecycleOverJSON(t *testing.T) {
 	ts := newTestServer(t, db.Rules{Now: clk.Now}, api.Config{Now: clk.Now})
 	name := "nightly report ü 50%"
 	path := "/v1/schedules/" + url.PathEscape(name)
-	payload := `{"b": 1,  "a":[1.50, "x"]}`
+	payload := `{"b":1,"a":[1.50,"x"],"c":12345678901234567890}` // key order, 1.50 and a big integer kept
 	res := ts.do(http.MethodPut, path, `{"cron":"30 2 * * *","timezone":"Europe/Berlin","job":{"queue":"reports","kind":"nightly","payload":`+payload+`,"priority":3,"max_attempts":2}}`)
 	if res.status != http.StatusCreated {
 		t.Fatalf("PUT %s = %v, want 201", path, res)
