@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -431,5 +433,49 @@ func TestRPC_SchedulesOverConnect(t *testing.T) {
 	}
 	if _, err := as("boss").GetSchedule(ctx, connect.NewRequest(&fenceqv1.GetScheduleRequest{Name: "nope"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("GetSchedule(nope): %v, want not_found", err)
+	}
+}
+
+// TestSchedules_PutAndResumeWakeTheTickLoop: the server calls the waker
+// set with SetScheduleWaker after a put (created or replaced) and a
+// resume, over JSON and over protobuf, and not after a read, a pause, a
+// trigger, a delete or a refused put.
+func TestSchedules_PutAndResumeWakeTheTickLoop(t *testing.T) {
+	store := newStore(t, db.Rules{})
+	srv := api.New(store, api.Config{})
+	var wakes atomic.Int64
+	srv.SetScheduleWaker(func() { wakes.Add(1) })
+	h := httptest.NewServer(srv)
+	t.Cleanup(h.Close)
+	ts := &testServer{t: t, URL: h.URL, store: store, client: h.Client()}
+	steps := []struct {
+		method, path, body string
+		wake               bool
+	}{
+		{http.MethodPut, "/v1/schedules/s", `{"every_ms":60000,"job":{"queue":"q"}}`, true},
+		{http.MethodPut, "/v1/schedules/s", `{"every_ms":30000,"job":{"queue":"q"}}`, true},
+		{http.MethodPut, "/v1/schedules/s", `{"every_ms":10,"job":{"queue":"q"}}`, false},
+		{http.MethodGet, "/v1/schedules/s", ``, false},
+		{http.MethodPost, "/v1/schedules/s/pause", ``, false},
+		{http.MethodPost, "/v1/schedules/s/resume", ``, true},
+		{http.MethodPost, "/v1/schedules/s/trigger", ``, false},
+		{http.MethodDelete, "/v1/schedules/s", ``, false},
+	}
+	for _, s := range steps {
+		before := wakes.Load()
+		var body any
+		if s.body != "" {
+			body = s.body
+		}
+		res := ts.do(s.method, s.path, body)
+		if woke := wakes.Load() > before; woke != s.wake {
+			t.Errorf("%s %s (%d): woke the tick loop %v, want %v", s.method, s.path, res.status, woke, s.wake)
+		}
+	}
+	c := fenceqv1connect.NewScheduleServiceClient(h.Client(), h.URL)
+	before := wakes.Load()
+	if _, err := c.PutSchedule(context.Background(), connect.NewRequest(&fenceqv1.PutScheduleRequest{Name: "r",
+		Spec: &fenceqv1.ScheduleSpec{EveryMs: 1000}, Job: &fenceqv1.ScheduleJob{Queue: "q"}})); err != nil || wakes.Load() != before+1 {
+		t.Errorf("PutSchedule over protobuf: %v, wakes %d → %d; want one wake", err, before, wakes.Load())
 	}
 }
