@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -510,4 +511,27 @@ func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult) error {
 			  WHERE k.schedule = u.name ORDER BY k.scheduled_for DESC OFFSET $2 LIMIT 1)`, pruned, db.ScheduleTicksKept-1)
 	}
 	return w.tx.SendBatch(w.ctx, b).Close()
+}
+
+// checkSchedules checks what the schedules' transactions keep: at most
+// db.MaxSchedules, each tick record of a schedule that exists, at most
+// db.ScheduleTicksKept of them per schedule. It is part of Check.
+func checkSchedules(ctx context.Context, q querier) error {
+	var n int
+	var orphan, over *string
+	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM fenceq_schedules),
+		(SELECT t.schedule FROM fenceq_schedule_ticks t WHERE NOT EXISTS (SELECT 1 FROM fenceq_schedules s WHERE s.name = t.schedule) LIMIT 1),
+		(SELECT schedule FROM fenceq_schedule_ticks GROUP BY schedule HAVING count(*) > $1 LIMIT 1)`,
+		db.ScheduleTicksKept).Scan(&n, &orphan, &over)
+	switch {
+	case err != nil:
+		return err
+	case n > db.MaxSchedules:
+		return fmt.Errorf("db: postgres: %d schedules exist, more than %d", n, db.MaxSchedules)
+	case orphan != nil:
+		return fmt.Errorf("db: postgres: fenceq_schedule_ticks has ticks of %q, which is no schedule", *orphan)
+	case over != nil:
+		return fmt.Errorf("db: postgres: schedule %q has more than %d tick records", *over, db.ScheduleTicksKept)
+	}
+	return nil
 }

@@ -246,3 +246,22 @@ func TestSchedules_APassReadsOnlyTheDueSchedules(t *testing.T) {
 		t.Errorf("the due schedules' query does not read only the due rows from fenceq_schedules_due:\n%s", plan)
 	}
 }
+
+// TestCheck_FindsATickRecordOfNoSchedule: Check (run at the end of every
+// test) holds the schedules' tables to what their transactions keep.
+func TestCheck_FindsATickRecordOfNoSchedule(t *testing.T) {
+	testURL(t)
+	s := mustOpenStore(t, db.Rules{})
+	if err := s.Check(); err != nil {
+		t.Fatalf("Check() of a new store = %v", err)
+	}
+	if _, err := s.pool.Exec(bg, `INSERT INTO fenceq_schedule_ticks (schedule, scheduled_for, job_id) VALUES ('ghost', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err == nil || !strings.Contains(err.Error(), `"ghost", which is no schedule`) {
+		t.Errorf("Check() with a tick record of no schedule = %v, want it named", err)
+	}
+	if _, err := s.pool.Exec(bg, `DELETE FROM fenceq_schedule_ticks`); err != nil {
+		t.Fatal(err)
+	}
+}
