@@ -27,6 +27,13 @@ import (
 // It is at least schedule.MaxTicksPerPlan: one pass's ticks stay.
 const ScheduleTicksKept = 2 * schedule.MaxTicksPerPlan
 
+// MaxFireJobs bounds the jobs one FireSchedules call enqueues, so that
+// its transaction ends well inside a write timeout however many schedules
+// catch up at once: a call stops taking schedules before the one whose
+// plan would carry it past the bound (it always takes the first), and
+// leaves the rest to the next call, which the tick loop makes at once.
+const MaxFireJobs = MaxEnqueueBatch
+
 // ScheduleSubject is the audit subject of a schedule's changes and fires
 // ("schedule:<name>").
 func ScheduleSubject(name string) string { return "schedule:" + name }
