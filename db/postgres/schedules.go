@@ -40,11 +40,6 @@ func scheduleKey(name string) string { return "s\x00" + name }
 // schedulesKey serializes creations against db.MaxSchedules.
 const schedulesKey = "s"
 
-// maxFireJobs bounds the jobs one FireSchedules pass enqueues: once its
-// schedules planned this many, the rest stay due for the next pass, so
-// that a pass after a long downtime stays one transaction of bounded size.
-const maxFireJobs = 1000
-
 // scheduleSelect reads a schedule row and the state of its last job ("":
 // none, or gone).
 const scheduleSelect = `SELECT s.name, s.cron, s.every_ns, s.start_at, s.timezone, s.catchup, s.catchup_window, s.overlap, s.jitter,
@@ -332,7 +327,9 @@ func (s *Store) TriggerSchedule(ctx context.Context, req db.ScheduleRequest) (db
 // does (audit links, counts, long-poll wake-ups), prunes each schedule's
 // tick records to the newest db.ScheduleTicksKept and writes each
 // schedule's next fire time, counters and last job with its
-// "schedule_fire" audit link. Refusals: CodeInvalid (the limit).
+// "schedule_fire" audit link. It stops before the schedule whose plan
+// would carry it past db.MaxFireJobs jobs (the first is always taken):
+// the rest stay due for the next call. Refusals: CodeInvalid (the limit).
 func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, error) {
 	if err := db.ValidateFireLimit(limit); err != nil {
 		return db.FireResult{}, err
@@ -404,15 +401,14 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 		}
 		jobs := 0
 		for _, sc := range due {
-			if jobs >= maxFireJobs {
-				break // left due for the next pass
-			}
 			p, err := db.FireSchedule(sc.name, sc.rec, db.ScheduleBusy(lastStateIn(w, sc.rec, sc.lastState)), w.now)
 			if err != nil {
 				return res, err
 			}
+			if jobs += len(p.Jobs); jobs > db.MaxFireJobs && len(plans) > 0 {
+				break // the next call takes it and the rest (db.MaxFireJobs)
+			}
 			plans = append(plans, p)
-			jobs += len(p.Jobs)
 		}
 	}
 	if len(plans) > 0 {

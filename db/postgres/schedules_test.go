@@ -265,3 +265,40 @@ func TestCheck_FindsATickRecordOfNoSchedule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchedules_ACallEnqueuesAtMostMaxFireJobs: twenty schedules catching
+// up 100 ticks each take several calls, none above db.MaxFireJobs jobs,
+// and in the end every tick is fired once (as on bbolt).
+func TestSchedules_ACallEnqueuesAtMostMaxFireJobs(t *testing.T) {
+	testURL(t)
+	clk := testclock.New(schedStart)
+	s := mustOpenStore(t, db.Rules{Now: clk.Now})
+	var first time.Time
+	for i := range 20 {
+		res, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: fmt.Sprint("s", i),
+			Spec: schedule.Spec{Every: time.Second, Catchup: schedule.CatchupAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = res.Schedule.NextFire
+	}
+	clk.Advance(first.Sub(clk.Now()) + 99*time.Second) // 100 ticks due each
+	total, calls := 0, 0
+	for {
+		res, err := s.FireSchedules(bg, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Jobs > db.MaxFireJobs {
+			t.Errorf("FireSchedules() enqueued %d jobs in one call, above %d", res.Jobs, db.MaxFireJobs)
+		}
+		if res.Schedules == 0 {
+			break
+		}
+		total += res.Jobs
+		calls++
+	}
+	if total != 20*100 || calls < 2 {
+		t.Errorf("FireSchedules() enqueued %d jobs in %d calls, want 2000 in 2 or more", total, calls)
+	}
+}
