@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -199,7 +201,14 @@ func (s *Store) ListSchedules(ctx context.Context, req db.ListSchedulesRequest) 
 	if err != nil {
 		return db.SchedulePage{}, err
 	}
-	rows, err := s.pool.Query(ctx, scheduleSelect+` WHERE s.name > $1 ORDER BY s.name LIMIT $2`, req.After, limit+1)
+	// Names sort bytewise (collation "C"), as bbolt's keys. A cursor that
+	// is no name — not UTF-8, or with a NUL, which a text parameter cannot
+	// carry — is compared as bytes.
+	where, after := `s.name > $1`, any(req.After)
+	if !utf8.ValidString(req.After) || strings.ContainsRune(req.After, 0) {
+		where, after = `convert_to(s.name, 'UTF8') > $1`, []byte(req.After)
+	}
+	rows, err := s.pool.Query(ctx, scheduleSelect+` WHERE `+where+` ORDER BY s.name LIMIT $2`, after, limit+1)
 	if err != nil {
 		return db.SchedulePage{}, s.readError(err)
 	}

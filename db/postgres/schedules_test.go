@@ -302,3 +302,39 @@ func TestSchedules_ACallEnqueuesAtMostMaxFireJobs(t *testing.T) {
 		t.Errorf("FireSchedules() enqueued %d jobs in %d calls, want 2000 in 2 or more", total, calls)
 	}
 }
+
+// TestSchedules_AListCursorThatIsNoNamePagesBytewise: ListSchedules's
+// After is any string a client sends; one that PostgreSQL's text cannot
+// carry (invalid UTF-8, a NUL) pages on in bytewise order, as bbolt's
+// keys do, instead of failing the statement.
+func TestSchedules_AListCursorThatIsNoNamePagesBytewise(t *testing.T) {
+	testURL(t)
+	s := mustOpenStore(t, db.Rules{Now: testclock.New(schedStart).Now})
+	for _, n := range []string{"a", "b", "ba", "c", "é"} {
+		putEvery(t, s, n, time.Hour)
+	}
+	for _, tt := range []struct {
+		after string
+		want  []string
+	}{
+		{"", []string{"a", "b", "ba", "c", "é"}},
+		{"b", []string{"ba", "c", "é"}},
+		{"b\x00", []string{"ba", "c", "é"}},
+		{"b\xff", []string{"c", "é"}},
+		{"\xc3", []string{"é"}},
+		{"\xff", nil},
+	} {
+		page, err := s.ListSchedules(bg, db.ListSchedulesRequest{After: tt.after})
+		if err != nil {
+			t.Errorf("ListSchedules(after %q) error = %v", tt.after, err)
+			continue
+		}
+		var got []string
+		for _, sc := range page.Schedules {
+			got = append(got, sc.Name)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) || page.Next != "" {
+			t.Errorf("ListSchedules(after %q) = %q, next %q; want %q", tt.after, got, page.Next, tt.want)
+		}
+	}
+}
