@@ -338,3 +338,47 @@ func TestSchedules_AListCursorThatIsNoNamePagesBytewise(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother: the jobs a
+// pass enqueues go through the enqueue's path, so a claim long-polling on
+// another replica is woken by the NOTIFY of the pass's commit and gets
+// the tick's job, long before its wait ends.
+func TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother(t *testing.T) {
+	testURL(t)
+	clk := testclock.New(schedStart)
+	u := newTestDB(t)
+	a := mustOpen(t, u, Options{Rules: db.Rules{Now: clk.Now}})
+	b := mustOpen(t, u, Options{Rules: db.Rules{Now: clk.Now}})
+	first := putEvery(t, a, "wake", time.Minute).NextFire
+	type claimed struct {
+		jobs []db.Job
+		err  error
+		took time.Duration
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		start := time.Now()
+		jobs, err := b.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"cron"}, Lease: time.Minute, Wait: 20 * time.Second})
+		done <- claimed{jobs, err, time.Since(start)}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); b.WaitingClaims("cron") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim on replica b never waited")
+		}
+	}
+	clk.Advance(first.Sub(clk.Now()))
+	if res, err := a.FireSchedules(bg, 10); err != nil || res.Jobs != 1 {
+		t.Fatalf("FireSchedules() through replica a = %+v, %v", res, err)
+	}
+	select {
+	case c := <-done:
+		if c.err != nil || len(c.jobs) != 1 || c.jobs[0].Schedule != "wake" || !c.jobs[0].ScheduledFor.Equal(first) {
+			t.Fatalf("the long-poll on replica b = %+v, %v; want the tick's job", c.jobs, c.err)
+		}
+		if c.took > 10*time.Second {
+			t.Errorf("the long-poll took %v, want it woken by the fire, not its wait's end", c.took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the long-poll on replica b was not woken by the fire through replica a")
+	}
+}
