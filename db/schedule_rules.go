@@ -402,8 +402,10 @@ func (p *FirePlan) Done(ids []uint64, fired []ScheduledJob) (ScheduleRecord, Aud
 	rec.Next = p.next
 	rec.MissedTicks += uint64(p.Missed)
 	rec.SkippedTicks += uint64(p.Skipped)
-	details := map[string]string{"jobs": strconv.Itoa(len(ids)), "missed": strconv.Itoa(p.Missed), "skipped": strconv.Itoa(p.Skipped),
-		"next": FromUnixNano(p.next).Format(time.RFC3339Nano)}
+	details := map[string]string{"jobs": strconv.Itoa(len(ids)), "missed": strconv.Itoa(p.Missed), "skipped": strconv.Itoa(p.Skipped)}
+	if p.next != 0 {
+		details["next"] = FromUnixNano(p.next).Format(time.RFC3339Nano)
+	}
 	if len(ids) > 0 {
 		last := fired[len(fired)-1]
 		rec.LastJob, rec.LastScheduledFor = ids[len(ids)-1], last.ScheduledFor.UnixNano()
