@@ -27,6 +27,13 @@ import (
 // It is at least schedule.MaxTicksPerPlan: one pass's ticks stay.
 const ScheduleTicksKept = 2 * schedule.MaxTicksPerPlan
 
+// MaxFireJobs bounds the jobs one FireSchedules call enqueues, so that
+// its transaction ends well inside a write timeout however many schedules
+// catch up at once: a call stops taking schedules before the one whose
+// plan would carry it past the bound (it always takes the first), and
+// leaves the rest to the next call, which the tick loop makes at once.
+const MaxFireJobs = MaxEnqueueBatch
+
 // ScheduleSubject is the audit subject of a schedule's changes and fires
 // ("schedule:<name>").
 func ScheduleSubject(name string) string { return "schedule:" + name }
@@ -395,8 +402,10 @@ func (p *FirePlan) Done(ids []uint64, fired []ScheduledJob) (ScheduleRecord, Aud
 	rec.Next = p.next
 	rec.MissedTicks += uint64(p.Missed)
 	rec.SkippedTicks += uint64(p.Skipped)
-	details := map[string]string{"jobs": strconv.Itoa(len(ids)), "missed": strconv.Itoa(p.Missed), "skipped": strconv.Itoa(p.Skipped),
-		"next": FromUnixNano(p.next).Format(time.RFC3339Nano)}
+	details := map[string]string{"jobs": strconv.Itoa(len(ids)), "missed": strconv.Itoa(p.Missed), "skipped": strconv.Itoa(p.Skipped)}
+	if p.next != 0 {
+		details["next"] = FromUnixNano(p.next).Format(time.RFC3339Nano)
+	}
 	if len(ids) > 0 {
 		last := fired[len(fired)-1]
 		rec.LastJob, rec.LastScheduledFor = ids[len(ids)-1], last.ScheduledFor.UnixNano()

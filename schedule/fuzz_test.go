@@ -63,3 +63,49 @@ func FuzzCompile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPlan: any compiled schedule, stored next and pass time give a plan
+// within bounds: at most MaxTicksPerPlan jobs, in order, each due and not
+// before next, and a Next that moves forward.
+func FuzzPlan(f *testing.F) {
+	f.Add("*/5 * * * *", "Europe/Berlin", int64(0), int64(3600), uint8(2), true)
+	f.Add("30 2 * * *", "America/New_York", int64(0), int64(400*86400), uint8(1), false)
+	f.Add("", "UTC", int64(7), int64(1e6), uint8(0), true)
+	f.Add("* * * * * *", "Australia/Lord_Howe", int64(-5), int64(86400*7+1), uint8(2), false)
+	f.Fuzz(func(t *testing.T, expr, zone string, nextSec, downSec int64, policy uint8, skip bool) {
+		spec := Spec{Cron: expr, Timezone: zone, Catchup: []Catchup{CatchupNone, CatchupLatest, CatchupAll}[policy%3]}
+		if expr == "" {
+			spec.Every, spec.StartAt = time.Duration(1+nextSec%3600)*time.Second, t0
+		}
+		if skip {
+			spec.Overlap = OverlapSkip
+		}
+		n, err := spec.Normalize(t0)
+		if err != nil {
+			return
+		}
+		c, err := Compile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := c.Next(t0.Add(time.Duration(nextSec%(1<<31)) * time.Second))
+		if next.IsZero() {
+			return
+		}
+		now := next.Add(time.Duration(downSec%(20*366*86400)) * time.Second)
+		p := c.Plan("f", next, now, skip && downSec%2 == 0)
+		if len(p.Fire) > MaxTicksPerPlan || p.Missed < 0 || p.Skipped < 0 {
+			t.Fatalf("Plan() fires %d, missed %d, skipped %d", len(p.Fire), p.Missed, p.Skipped)
+		}
+		prev := next.Add(-time.Nanosecond)
+		for _, tk := range p.Fire {
+			if !tk.At.After(prev) || tk.At.After(now) {
+				t.Fatalf("Plan(next %s, now %s) fires %s after %s", next, now, tk.At, prev)
+			}
+			prev = tk.At
+		}
+		if !now.Before(next) && !p.Next.IsZero() && !p.Next.After(next) {
+			t.Fatalf("Plan(next %s, now %s).Next = %s: does not move forward", next, now, p.Next)
+		}
+	})
+}

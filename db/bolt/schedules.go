@@ -474,6 +474,7 @@ type fireOp struct {
 
 func (op *fireOp) decide(r reader, now time.Time) error {
 	op.names, op.olds, op.plans, op.res = nil, nil, nil, db.FireResult{}
+	jobs := 0
 	c := r.tx.Bucket(bucketScheduleNext).Cursor()
 	for k, _ := c.First(); k != nil && len(op.names) < op.limit; k, _ = c.Next() {
 		if len(k) < 8 || timeFromKey(k, 0) > now.UnixNano() {
@@ -494,6 +495,9 @@ func (op *fireOp) decide(r reader, now time.Time) error {
 		p, err := db.FireSchedule(name, old, db.ScheduleBusy(st), now)
 		if err != nil {
 			return err
+		}
+		if jobs += len(p.Jobs); jobs > db.MaxFireJobs && len(op.names) > 0 {
+			break // the next call takes it (db.MaxFireJobs)
 		}
 		op.names, op.olds, op.plans = append(op.names, name), append(op.olds, old), append(op.plans, p)
 	}

@@ -166,6 +166,42 @@ func TestTickRecordsAreKeptNewestFirstAndBounded(t *testing.T) {
 	}
 }
 
+// A call enqueues at most db.MaxFireJobs jobs: twenty schedules catching
+// up 100 ticks each take several calls, each under the bound, and in the
+// end every tick is fired once.
+func TestFireSchedulesEnqueuesAtMostMaxFireJobsACall(t *testing.T) {
+	clk := newFakeClock()
+	s := mustOpenStore(t, testOptions(clk))
+	var first time.Time
+	for i := range 20 {
+		res, err := s.PutSchedule(ctx, db.PutScheduleRequest{Principal: "ops", Name: fmt.Sprint("s", i),
+			Spec: schedule.Spec{Every: time.Second, Catchup: schedule.CatchupAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = res.Schedule.NextFire
+	}
+	clk.Advance(first.Sub(clk.Now()) + 99*time.Second) // 100 ticks due each
+	total, calls := 0, 0
+	for {
+		res, err := s.FireSchedules(ctx, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Jobs > db.MaxFireJobs {
+			t.Errorf("FireSchedules() enqueued %d jobs in one call, above %d", res.Jobs, db.MaxFireJobs)
+		}
+		if res.Schedules == 0 {
+			break
+		}
+		total += res.Jobs
+		calls++
+	}
+	if total != 20*100 || calls < 2 {
+		t.Errorf("FireSchedules() enqueued %d jobs in %d calls, want 2000 in 2 or more", total, calls)
+	}
+}
+
 // A tick whose record exists is not enqueued again: the record decides.
 func TestATickWithARecordIsNotEnqueuedAgain(t *testing.T) {
 	clk := newFakeClock()

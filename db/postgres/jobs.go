@@ -609,5 +609,5 @@ func (s *Store) Check() error {
 	if headSeq != maxSeq {
 		return fmt.Errorf("db: postgres: the audit head is %d, the newest link %d", headSeq, maxSeq)
 	}
-	return nil
+	return checkSchedules(ctx, s.pool)
 }

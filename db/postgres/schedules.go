@@ -3,6 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -38,11 +41,6 @@ func scheduleKey(name string) string { return "s\x00" + name }
 
 // schedulesKey serializes creations against db.MaxSchedules.
 const schedulesKey = "s"
-
-// maxFireJobs bounds the jobs one FireSchedules pass enqueues: once its
-// schedules planned this many, the rest stay due for the next pass, so
-// that a pass after a long downtime stays one transaction of bounded size.
-const maxFireJobs = 1000
 
 // scheduleSelect reads a schedule row and the state of its last job ("":
 // none, or gone).
@@ -203,7 +201,14 @@ func (s *Store) ListSchedules(ctx context.Context, req db.ListSchedulesRequest) 
 	if err != nil {
 		return db.SchedulePage{}, err
 	}
-	rows, err := s.pool.Query(ctx, scheduleSelect+` WHERE s.name > $1 ORDER BY s.name LIMIT $2`, req.After, limit+1)
+	// Names sort bytewise (collation "C"), as bbolt's keys. A cursor that
+	// is no name — not UTF-8, or with a NUL, which a text parameter cannot
+	// carry — is compared as bytes.
+	where, after := `s.name > $1`, any(req.After)
+	if !utf8.ValidString(req.After) || strings.ContainsRune(req.After, 0) {
+		where, after = `convert_to(s.name, 'UTF8') > $1`, []byte(req.After)
+	}
+	rows, err := s.pool.Query(ctx, scheduleSelect+` WHERE `+where+` ORDER BY s.name LIMIT $2`, after, limit+1)
 	if err != nil {
 		return db.SchedulePage{}, s.readError(err)
 	}
@@ -331,7 +336,9 @@ func (s *Store) TriggerSchedule(ctx context.Context, req db.ScheduleRequest) (db
 // does (audit links, counts, long-poll wake-ups), prunes each schedule's
 // tick records to the newest db.ScheduleTicksKept and writes each
 // schedule's next fire time, counters and last job with its
-// "schedule_fire" audit link. Refusals: CodeInvalid (the limit).
+// "schedule_fire" audit link. It stops before the schedule whose plan
+// would carry it past db.MaxFireJobs jobs (the first is always taken):
+// the rest stay due for the next call. Refusals: CodeInvalid (the limit).
 func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, error) {
 	if err := db.ValidateFireLimit(limit); err != nil {
 		return db.FireResult{}, err
@@ -403,15 +410,14 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 		}
 		jobs := 0
 		for _, sc := range due {
-			if jobs >= maxFireJobs {
-				break // left due for the next pass
-			}
 			p, err := db.FireSchedule(sc.name, sc.rec, db.ScheduleBusy(lastStateIn(w, sc.rec, sc.lastState)), w.now)
 			if err != nil {
 				return res, err
 			}
+			if jobs += len(p.Jobs); jobs > db.MaxFireJobs && len(plans) > 0 {
+				break // the next call takes it and the rest (db.MaxFireJobs)
+			}
 			plans = append(plans, p)
-			jobs += len(p.Jobs)
 		}
 	}
 	if len(plans) > 0 {
@@ -510,4 +516,27 @@ func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult) error {
 			  WHERE k.schedule = u.name ORDER BY k.scheduled_for DESC OFFSET $2 LIMIT 1)`, pruned, db.ScheduleTicksKept-1)
 	}
 	return w.tx.SendBatch(w.ctx, b).Close()
+}
+
+// checkSchedules checks what the schedules' transactions keep: at most
+// db.MaxSchedules, each tick record of a schedule that exists, at most
+// db.ScheduleTicksKept of them per schedule. It is part of Check.
+func checkSchedules(ctx context.Context, q querier) error {
+	var n int
+	var orphan, over *string
+	err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM fenceq_schedules),
+		(SELECT t.schedule FROM fenceq_schedule_ticks t WHERE NOT EXISTS (SELECT 1 FROM fenceq_schedules s WHERE s.name = t.schedule) LIMIT 1),
+		(SELECT schedule FROM fenceq_schedule_ticks GROUP BY schedule HAVING count(*) > $1 LIMIT 1)`,
+		db.ScheduleTicksKept).Scan(&n, &orphan, &over)
+	switch {
+	case err != nil:
+		return err
+	case n > db.MaxSchedules:
+		return fmt.Errorf("db: postgres: %d schedules exist, more than %d", n, db.MaxSchedules)
+	case orphan != nil:
+		return fmt.Errorf("db: postgres: fenceq_schedule_ticks has ticks of %q, which is no schedule", *orphan)
+	case over != nil:
+		return fmt.Errorf("db: postgres: schedule %q has more than %d tick records", *over, db.ScheduleTicksKept)
+	}
+	return nil
 }

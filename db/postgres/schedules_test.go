@@ -246,3 +246,139 @@ func TestSchedules_APassReadsOnlyTheDueSchedules(t *testing.T) {
 		t.Errorf("the due schedules' query does not read only the due rows from fenceq_schedules_due:\n%s", plan)
 	}
 }
+
+// TestCheck_FindsATickRecordOfNoSchedule: Check (run at the end of every
+// test) holds the schedules' tables to what their transactions keep.
+func TestCheck_FindsATickRecordOfNoSchedule(t *testing.T) {
+	testURL(t)
+	s := mustOpenStore(t, db.Rules{})
+	if err := s.Check(); err != nil {
+		t.Fatalf("Check() of a new store = %v", err)
+	}
+	if _, err := s.pool.Exec(bg, `INSERT INTO fenceq_schedule_ticks (schedule, scheduled_for, job_id) VALUES ('ghost', 1, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err == nil || !strings.Contains(err.Error(), `"ghost", which is no schedule`) {
+		t.Errorf("Check() with a tick record of no schedule = %v, want it named", err)
+	}
+	if _, err := s.pool.Exec(bg, `DELETE FROM fenceq_schedule_ticks`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSchedules_ACallEnqueuesAtMostMaxFireJobs: twenty schedules catching
+// up 100 ticks each take several calls, none above db.MaxFireJobs jobs,
+// and in the end every tick is fired once (as on bbolt).
+func TestSchedules_ACallEnqueuesAtMostMaxFireJobs(t *testing.T) {
+	testURL(t)
+	clk := testclock.New(schedStart)
+	s := mustOpenStore(t, db.Rules{Now: clk.Now})
+	var first time.Time
+	for i := range 20 {
+		res, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: fmt.Sprint("s", i),
+			Spec: schedule.Spec{Every: time.Second, Catchup: schedule.CatchupAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = res.Schedule.NextFire
+	}
+	clk.Advance(first.Sub(clk.Now()) + 99*time.Second) // 100 ticks due each
+	total, calls := 0, 0
+	for {
+		res, err := s.FireSchedules(bg, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Jobs > db.MaxFireJobs {
+			t.Errorf("FireSchedules() enqueued %d jobs in one call, above %d", res.Jobs, db.MaxFireJobs)
+		}
+		if res.Schedules == 0 {
+			break
+		}
+		total += res.Jobs
+		calls++
+	}
+	if total != 20*100 || calls < 2 {
+		t.Errorf("FireSchedules() enqueued %d jobs in %d calls, want 2000 in 2 or more", total, calls)
+	}
+}
+
+// TestSchedules_AListCursorThatIsNoNamePagesBytewise: ListSchedules's
+// After is any string a client sends; one that PostgreSQL's text cannot
+// carry (invalid UTF-8, a NUL) pages on in bytewise order, as bbolt's
+// keys do, instead of failing the statement.
+func TestSchedules_AListCursorThatIsNoNamePagesBytewise(t *testing.T) {
+	testURL(t)
+	s := mustOpenStore(t, db.Rules{Now: testclock.New(schedStart).Now})
+	for _, n := range []string{"a", "b", "ba", "c", "é"} {
+		putEvery(t, s, n, time.Hour)
+	}
+	for _, tt := range []struct {
+		after string
+		want  []string
+	}{
+		{"", []string{"a", "b", "ba", "c", "é"}},
+		{"b", []string{"ba", "c", "é"}},
+		{"b\x00", []string{"ba", "c", "é"}},
+		{"b\xff", []string{"c", "é"}},
+		{"\xc3", []string{"é"}},
+		{"\xff", nil},
+	} {
+		page, err := s.ListSchedules(bg, db.ListSchedulesRequest{After: tt.after})
+		if err != nil {
+			t.Errorf("ListSchedules(after %q) error = %v", tt.after, err)
+			continue
+		}
+		var got []string
+		for _, sc := range page.Schedules {
+			got = append(got, sc.Name)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tt.want) || page.Next != "" {
+			t.Errorf("ListSchedules(after %q) = %q, next %q; want %q", tt.after, got, page.Next, tt.want)
+		}
+	}
+}
+
+// TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother: the jobs a
+// pass enqueues go through the enqueue's path, so a claim long-polling on
+// another replica is woken by the NOTIFY of the pass's commit and gets
+// the tick's job, long before its wait ends.
+func TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother(t *testing.T) {
+	testURL(t)
+	clk := testclock.New(schedStart)
+	u := newTestDB(t)
+	a := mustOpen(t, u, Options{Rules: db.Rules{Now: clk.Now}})
+	b := mustOpen(t, u, Options{Rules: db.Rules{Now: clk.Now}})
+	first := putEvery(t, a, "wake", time.Minute).NextFire
+	type claimed struct {
+		jobs []db.Job
+		err  error
+		took time.Duration
+	}
+	done := make(chan claimed, 1)
+	go func() {
+		start := time.Now()
+		jobs, err := b.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"cron"}, Lease: time.Minute, Wait: 20 * time.Second})
+		done <- claimed{jobs, err, time.Since(start)}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); b.WaitingClaims("cron") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim on replica b never waited")
+		}
+	}
+	clk.Advance(first.Sub(clk.Now()))
+	if res, err := a.FireSchedules(bg, 10); err != nil || res.Jobs != 1 {
+		t.Fatalf("FireSchedules() through replica a = %+v, %v", res, err)
+	}
+	select {
+	case c := <-done:
+		if c.err != nil || len(c.jobs) != 1 || c.jobs[0].Schedule != "wake" || !c.jobs[0].ScheduledFor.Equal(first) {
+			t.Fatalf("the long-poll on replica b = %+v, %v; want the tick's job", c.jobs, c.err)
+		}
+		if c.took > 10*time.Second {
+			t.Errorf("the long-poll took %v, want it woken by the fire, not its wait's end", c.took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the long-poll on replica b was not woken by the fire through replica a")
+	}
+}

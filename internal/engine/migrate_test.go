@@ -29,7 +29,7 @@ func TestMigrate_ABboltFileDryRunChangesNothingThenUpgrades(t *testing.T) {
 	if err := engine.Migrate(context.Background(), path, true, &out); err != nil {
 		t.Fatalf("Migrate(dry run) = %v", err)
 	}
-	for _, want := range []string{"schema version 1, this build's 6", "would apply upgrade 1 -> 2: fill idx_dead", "would apply upgrade 4 -> 5: fill idx_scheduled_queue", "would apply upgrade 5 -> 6"} {
+	for _, want := range []string{"schema version 1, this build's 7", "would apply upgrade 1 -> 2: fill idx_dead", "would apply upgrade 4 -> 5: fill idx_scheduled_queue", "would apply upgrade 5 -> 6", "would apply upgrade 6 -> 7: add the schedules"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("Migrate(dry run) printed\n%s\nwant a line with %q", out.String(), want)
 		}
@@ -41,7 +41,7 @@ func TestMigrate_ABboltFileDryRunChangesNothingThenUpgrades(t *testing.T) {
 	if err := engine.Migrate(context.Background(), path, false, &out); err != nil {
 		t.Fatalf("Migrate() = %v", err)
 	}
-	if !strings.Contains(out.String(), "applied upgrade 5 -> 6") || !strings.Contains(out.String(), "schema version now 6") {
+	if !strings.Contains(out.String(), "applied upgrade 6 -> 7") || !strings.Contains(out.String(), "schema version now 7") {
 		t.Errorf("Migrate() printed\n%s", out.String())
 	}
 	out.Reset()
