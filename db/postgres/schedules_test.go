@@ -382,3 +382,29 @@ func TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother(t *testing.T) {
 		t.Fatal("the long-poll on replica b was not woken by the fire through replica a")
 	}
 }
+
+// TestSchedules_APassesRoundTripsDoNotGrowWithItsSchedules: a pass that
+// decides twenty schedules costs its batch as many round trips as one
+// that decides one (docs/postgres.md: four of its own).
+func TestSchedules_APassesRoundTripsDoNotGrowWithItsSchedules(t *testing.T) {
+	testURL(t)
+	trips := map[int]uint64{}
+	for _, n := range []int{1, 20} {
+		clk := testclock.New(schedStart)
+		s := mustOpenStore(t, db.Rules{Now: clk.Now})
+		var first time.Time
+		for i := range n {
+			first = putEvery(t, s, fmt.Sprint("s", i), time.Minute).NextFire
+		}
+		clk.Advance(first.Sub(clk.Now()))
+		before := s.trips.Load()
+		if res, err := s.FireSchedules(bg, 100); err != nil || res.Schedules != n || res.Jobs != n {
+			t.Fatalf("FireSchedules() of %d due = %+v, %v", n, res, err)
+		}
+		trips[n] = s.trips.Load() - before
+	}
+	if trips[1] != trips[20] || trips[1] > 7 {
+		t.Errorf("a pass's batch took %d round trips for 1 schedule, %d for 20; want the same, at most 7 (3 of the batch, 4 of the pass)", trips[1], trips[20])
+	}
+	t.Logf("round trips of a pass's batch: %v", trips)
+}
