@@ -408,3 +408,45 @@ func TestSchedules_APassesRoundTripsDoNotGrowWithItsSchedules(t *testing.T) {
 	}
 	t.Logf("round trips of a pass's batch: %v", trips)
 }
+
+// BenchmarkFireSchedules: a pass with one schedule due among 10 or 1000
+// costs the same on PostgreSQL (the partial index of next fire times
+// holds the running ones in order); none_due is a pass that finds
+// nothing: one read outside the commit stream.
+func BenchmarkFireSchedules(b *testing.B) {
+	testURL(b)
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprint(n, "_schedules"), func(b *testing.B) {
+			clk := testclock.New(schedStart)
+			s := mustOpenStore(b, db.Rules{Now: clk.Now})
+			for i := range n - 1 {
+				if _, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: fmt.Sprintf("idle-%04d", i), Spec: schedule.Spec{Every: 24 * time.Hour}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: "due", Spec: schedule.Spec{Every: time.Second, Catchup: schedule.CatchupNone}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.pool.Exec(bg, `ANALYZE fenceq_schedules`); err != nil {
+				b.Fatal(err)
+			}
+			b.Run("none_due", func(b *testing.B) {
+				for range b.N {
+					res, err := s.FireSchedules(bg, 100)
+					if err != nil || res.Schedules != 0 {
+						b.Fatalf("FireSchedules() = %+v, %v; want nothing due", res, err)
+					}
+				}
+			})
+			b.Run("one_due", func(b *testing.B) {
+				for range b.N {
+					clk.Advance(time.Second)
+					res, err := s.FireSchedules(bg, 100)
+					if err != nil || res.Jobs != 1 || res.Schedules != 1 {
+						b.Fatalf("FireSchedules() = %+v, %v; want the one due schedule", res, err)
+					}
+				}
+			})
+		})
+	}
+}
