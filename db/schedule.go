@@ -131,6 +131,9 @@ type Schedules interface {
 	// (the database's clock on PostgreSQL): for each, in one transaction,
 	// the plan of schedule.Plan — its jobs, a unique (schedule,
 	// scheduled_for) record per tick, the next fire time and an audit
-	// link. Replicas may race: a tick is enqueued once.
+	// link. Replicas may race: a tick is enqueued once. A call enqueues
+	// at most MaxFireJobs jobs (it then decides fewer than limit, and the
+	// rest wait for the next call). Refusals: CodeInvalid (limit outside
+	// 1..MaxSchedules, ValidateFireLimit).
 	FireSchedules(ctx context.Context, limit int) (FireResult, error)
 }

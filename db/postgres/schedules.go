@@ -420,13 +420,12 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 			plans = append(plans, p)
 		}
 	}
+	var first *int64
 	if len(plans) > 0 {
-		if err := firePlans(w, plans, &res); err != nil {
+		if err := firePlans(w, plans, &res, &first); err != nil {
 			return res, err
 		}
-	}
-	var first *int64
-	if err := w.tx.QueryRow(w.ctx, `SELECT min(next_fire) FROM fenceq_schedules WHERE next_fire IS NOT NULL`).Scan(&first); err != nil {
+	} else if err := w.tx.QueryRow(w.ctx, firstNextSQL).Scan(&first); err != nil {
 		return res, err
 	}
 	if first != nil {
@@ -435,9 +434,13 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 	return res, nil
 }
 
+// firstNextSQL reads the earliest next fire time of a running schedule.
+const firstNextSQL = `SELECT min(next_fire) FROM fenceq_schedules WHERE next_fire IS NOT NULL`
+
 // firePlans writes the passes of plans (of schedules w holds locked):
-// the tick records, the jobs of the ticks recorded, the schedules.
-func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult) error {
+// the tick records, the jobs of the ticks recorded, the schedules; and
+// reads the earliest next fire time after them into first.
+func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult, first **int64) error {
 	type tick struct {
 		name string
 		at   int64
@@ -515,7 +518,19 @@ func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult) error {
 			WHERE t.schedule = u.name AND t.scheduled_for < (SELECT k.scheduled_for FROM fenceq_schedule_ticks AS k
 			  WHERE k.schedule = u.name ORDER BY k.scheduled_for DESC OFFSET $2 LIMIT 1)`, pruned, db.ScheduleTicksKept-1)
 	}
-	return w.tx.SendBatch(w.ctx, b).Close()
+	b.Queue(firstNextSQL)
+	br := w.tx.SendBatch(w.ctx, b)
+	var err error
+	for i := 0; i < b.Len()-1 && err == nil; i++ {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(first)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // checkSchedules checks what the schedules' transactions keep: at most

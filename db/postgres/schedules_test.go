@@ -382,3 +382,71 @@ func TestSchedules_AFireThroughOneReplicaWakesALongPollOnAnother(t *testing.T) {
 		t.Fatal("the long-poll on replica b was not woken by the fire through replica a")
 	}
 }
+
+// TestSchedules_APassesRoundTripsDoNotGrowWithItsSchedules: a pass that
+// decides twenty schedules costs its batch as many round trips as one
+// that decides one (docs/postgres.md: four of its own).
+func TestSchedules_APassesRoundTripsDoNotGrowWithItsSchedules(t *testing.T) {
+	testURL(t)
+	trips := map[int]uint64{}
+	for _, n := range []int{1, 20} {
+		clk := testclock.New(schedStart)
+		s := mustOpenStore(t, db.Rules{Now: clk.Now})
+		var first time.Time
+		for i := range n {
+			first = putEvery(t, s, fmt.Sprint("s", i), time.Minute).NextFire
+		}
+		clk.Advance(first.Sub(clk.Now()))
+		before := s.trips.Load()
+		if res, err := s.FireSchedules(bg, 100); err != nil || res.Schedules != n || res.Jobs != n {
+			t.Fatalf("FireSchedules() of %d due = %+v, %v", n, res, err)
+		}
+		trips[n] = s.trips.Load() - before
+	}
+	if trips[1] != trips[20] || trips[1] > 7 {
+		t.Errorf("a pass's batch took %d round trips for 1 schedule, %d for 20; want the same, at most 7 (3 of the batch, 4 of the pass)", trips[1], trips[20])
+	}
+	t.Logf("round trips of a pass's batch: %v", trips)
+}
+
+// BenchmarkFireSchedules: a pass with one schedule due among 10 or 1000
+// costs the same on PostgreSQL (the partial index of next fire times
+// holds the running ones in order); none_due is a pass that finds
+// nothing: one read outside the commit stream.
+func BenchmarkFireSchedules(b *testing.B) {
+	testURL(b)
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprint(n, "_schedules"), func(b *testing.B) {
+			clk := testclock.New(schedStart)
+			s := mustOpenStore(b, db.Rules{Now: clk.Now})
+			for i := range n - 1 {
+				if _, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: fmt.Sprintf("idle-%04d", i), Spec: schedule.Spec{Every: 24 * time.Hour}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := s.PutSchedule(bg, db.PutScheduleRequest{Principal: "ops", Name: "due", Spec: schedule.Spec{Every: time.Second, Catchup: schedule.CatchupNone}}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.pool.Exec(bg, `ANALYZE fenceq_schedules`); err != nil {
+				b.Fatal(err)
+			}
+			b.Run("none_due", func(b *testing.B) {
+				for range b.N {
+					res, err := s.FireSchedules(bg, 100)
+					if err != nil || res.Schedules != 0 {
+						b.Fatalf("FireSchedules() = %+v, %v; want nothing due", res, err)
+					}
+				}
+			})
+			b.Run("one_due", func(b *testing.B) {
+				for range b.N {
+					clk.Advance(time.Second)
+					res, err := s.FireSchedules(bg, 100)
+					if err != nil || res.Jobs != 1 || res.Schedules != 1 {
+						b.Fatalf("FireSchedules() = %+v, %v; want the one due schedule", res, err)
+					}
+				}
+			})
+		})
+	}
+}
