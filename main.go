@@ -257,6 +257,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.retention > 0 && cfg.sweepEvery > 0 {
 		go sweepLoop(ctx, store, cfg.retention, cfg.sweepEvery, logger)
 	}
+	stopTicks := startTicks(store, handler, cfg.writeTimeout, logger) // ticks.go
 
 	served := make(chan error, 1)
 	go func() {
@@ -268,9 +269,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 	select {
 	case err := <-served:
+		stopTicks()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// No tick is decided once the shutdown starts (another replica, or
+	// the next start, decides it); the loop has returned before the store
+	// closes.
+	stopTicks()
 	shutdown(srv, store, cfg.shutdownWait, logger) // shutdown.go
 	if err := store.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", engine.Display(ef.DB), err)

@@ -180,6 +180,16 @@ var routeRoles = map[string]Role{
 	// Audit retention (audit_archive.go).
 	"GET /v1/audit/archive":         RoleAdmin,
 	"POST /v1/audit/archive/remove": RoleAdmin,
+	// Periodic jobs (schedules.go): reading is a producer's, changing one
+	// is configuration (a schedule enqueues for ever on its own, as a
+	// queue pause stops claims): admin.
+	"GET /v1/schedules":                RoleProducer,
+	"GET /v1/schedules/:name":          RoleProducer,
+	"PUT /v1/schedules/:name":          RoleAdmin,
+	"DELETE /v1/schedules/:name":       RoleAdmin,
+	"POST /v1/schedules/:name/pause":   RoleAdmin,
+	"POST /v1/schedules/:name/resume":  RoleAdmin,
+	"POST /v1/schedules/:name/trigger": RoleAdmin,
 }
 
 // anyRole: any authenticated principal.

@@ -35,6 +35,12 @@ type jobResponse struct {
 	Result         json.RawMessage `json:"result,omitempty"`
 	Attestation    json.RawMessage `json:"attestation,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// A job a schedule enqueued: the schedule's name, the tick it was
+	// enqueued for, and whether that tick was a missed one fired by the
+	// catch-up policy. Absent on a job a client enqueued.
+	Schedule     string     `json:"schedule,omitempty"`
+	ScheduledFor *time.Time `json:"scheduled_for,omitempty"`
+	Backfilled   bool       `json:"backfilled,omitempty"`
 }
 
 type jobError struct {
@@ -56,7 +62,7 @@ func toJobResponse(j db.Job) jobResponse {
 		Attempts: j.Attempts, MaxAttempts: j.MaxAttempts, FencingToken: j.FencingToken(), ClaimedBy: j.ClaimedBy,
 		LeaseExpiresAt: optTime(j.LeaseExpiresAt), RunAt: j.RunAt, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
 		CompletedAt: optTime(j.CompletedAt), LastError: j.LastError, Result: j.Result, Attestation: j.Attestation,
-		IdempotencyKey: j.IdempotencyKey,
+		IdempotencyKey: j.IdempotencyKey, Schedule: j.Schedule, ScheduledFor: optTime(j.ScheduledFor), Backfilled: j.Backfilled,
 	}
 	if r.Payload == nil {
 		r.Payload = json.RawMessage("null")

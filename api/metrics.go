@@ -227,8 +227,48 @@ var (
 		"1 while the queue is paused (it takes enqueues but gives no claims), 0 while it runs. Every paused queue is reported, also beyond the per-queue bound.", "queue")
 )
 
+var (
+	descScheduleLag = desc("fenceq_schedule_lag_seconds",
+		"How late the schedule's oldest due tick that no server has enqueued yet is (0 when none is due, and while paused): the first schedules in name order up to the per-queue bound, the rest as the largest of them under schedule \"(other)\".", "schedule")
+	descScheduleDropped = desc("fenceq_schedule_ticks_dropped_total",
+		"Ticks the schedule dropped, by reason: missed (the catch-up policy, after downtime) or skipped (overlap skip, the last job unfinished). Kept in the store; the schedules past the per-queue bound are summed under schedule \"(other)\".", "schedule", "reason")
+)
+
 var storeDescs = []*prometheus.Desc{descJobs, descClaims, descCompletions, descFailures, descRefusals,
-	descExpiries, descAuditRecords, descAuditHead, descQueuePaused, descQueueLatency}
+	descExpiries, descAuditRecords, descAuditHead, descQueuePaused, descQueueLatency, descScheduleLag, descScheduleDropped}
+
+// otherSchedules is the schedule label of the schedules past
+// Config.MetricsMaxQueues. A schedule may be named "(other)" itself: its
+// figures then merge with those past the bound, which adds no series.
+const otherSchedules = "(other)"
+
+// scheduleSeries is one schedule's figures on /metrics.
+type scheduleSeries struct {
+	lag             time.Duration
+	missed, skipped uint64
+}
+
+// scheduleMetrics are the series /metrics reports for schedules: the
+// first n in name order (a stable set of label values, as schedules are
+// few and rarely renamed), the rest folded into otherSchedules (the
+// largest lag, the summed counters). At most db.MaxSchedules exist, so
+// reading them all is bounded.
+func scheduleMetrics(schedules []db.Schedule, n int, now time.Time) map[string]scheduleSeries {
+	out := make(map[string]scheduleSeries, min(len(schedules), n+1))
+	for i, sc := range schedules {
+		name := sc.Name
+		if i >= n {
+			name = otherSchedules
+		}
+		cur := out[name]
+		var lag time.Duration
+		if !sc.Paused && !sc.NextFire.IsZero() && !sc.NextFire.After(now) {
+			lag = now.Sub(sc.NextFire)
+		}
+		out[name] = scheduleSeries{lag: max(cur.lag, lag), missed: cur.missed + sc.MissedTicks, skipped: cur.skipped + sc.SkippedTicks}
+	}
+	return out
+}
 
 func (sc *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range storeDescs {
@@ -267,6 +307,16 @@ func (sc *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			for q, d := range queueLatencies(queues, waiting, s.cfg.Now()) {
 				gauge(descQueueLatency, d.Seconds(), q)
 			}
+		}
+	}
+
+	if schedules, err := s.scheduleList(ctx, db.MaxSchedules); err != nil {
+		ch <- prometheus.NewInvalidMetric(descScheduleLag, err)
+	} else {
+		for name, m := range scheduleMetrics(schedules, s.cfg.MetricsMaxQueues, s.cfg.Now()) {
+			gauge(descScheduleLag, m.lag.Seconds(), name)
+			counter(descScheduleDropped, float64(m.missed), name, "missed")
+			counter(descScheduleDropped, float64(m.skipped), name, "skipped")
 		}
 	}
 

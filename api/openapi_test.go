@@ -690,6 +690,33 @@ func TestOpenAPIResponses(t *testing.T) {
 	c.do(r, http.StatusBadRequest)
 	c.do(post("/v1/queues/held/resume", producer, nil), http.StatusForbidden)
 
+	// Schedules: create (201), replace (200), read, list (with next),
+	// pause, resume, trigger (the job, with schedule and scheduled_for),
+	// delete; refusals: bad spec (400), unknown (404), producer writing (403).
+	put := func(path, token string, body any) request {
+		return request{method: http.MethodPut, path: path, token: token, body: body}
+	}
+	c.do(put("/v1/schedules/nightly%20report", admin, `{"cron":"30 2 * * *","timezone":"Europe/Berlin","job":{"queue":"reports","kind":"nightly","payload":{"report":"sales"},"priority":2,"max_attempts":4}}`), http.StatusCreated)
+	c.do(put("/v1/schedules/nightly%20report", admin, `{"cron":"30 3 * * *","timezone":"Europe/Berlin","job":{"queue":"reports","payload":{"report":"sales"}}}`), http.StatusOK)
+	c.do(put("/v1/schedules/sync", admin, `{"every_ms":60000,"start_at":"2030-01-01T00:00:00Z","catchup":"all","catchup_window_ms":600000,"overlap":"skip","jitter_ms":1000,"job":{"queue":"sync","payload":[1,2]}}`), http.StatusCreated)
+	c.do(put("/v1/schedules/bad", admin, `{"cron":"61 * * * *","job":{"queue":"q"}}`), http.StatusBadRequest)
+	c.do(put("/v1/schedules/bad", admin, `{"cron":"* * * * *","every_ms":1000,"job":{"queue":"q"}}`), http.StatusBadRequest)
+	c.do(put("/v1/schedules/bad", producer, `{"cron":"* * * * *","job":{"queue":"q"}}`), http.StatusForbidden)
+	c.do(get("/v1/schedules/nightly%20report", producer), http.StatusOK)
+	c.do(get("/v1/schedules/nope", producer), http.StatusNotFound)
+	c.do(get("/v1/schedules?limit=1", producer), http.StatusOK) // with next
+	c.do(get("/v1/schedules", admin), http.StatusOK)
+	c.do(post("/v1/schedules/sync/pause", admin, nil), http.StatusOK)
+	c.do(post("/v1/schedules/sync/resume", admin, nil), http.StatusOK)
+	c.do(post("/v1/schedules/nope/resume", admin, nil), http.StatusNotFound)
+	if j := c.job(post("/v1/schedules/sync/trigger", admin, nil), http.StatusCreated); j.ID == 0 {
+		t.Errorf("trigger answered no job")
+	}
+	c.do(post("/v1/schedules/nope/trigger", admin, nil), http.StatusNotFound)
+	c.do(post("/v1/schedules/sync/pause", worker, nil), http.StatusForbidden)
+	c.do(request{method: http.MethodDelete, path: "/v1/schedules/sync", token: admin}, http.StatusOK)
+	c.do(request{method: http.MethodDelete, path: "/v1/schedules/sync", token: admin}, http.StatusNotFound)
+
 	// Read side: counts, stats (with the refusals above), audit, history,
 	// status for an admin and for principals that see less, whoami.
 	c.do(get("/v1/queues", producer), http.StatusOK)

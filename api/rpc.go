@@ -1,7 +1,7 @@
 package api
 
 // The protobuf front end (proto/fenceq/v1, docs/api.md "Protobuf"): the
-// job and lease services served by connect-go on the JSON API's port —
+// job, lease and schedule services served by connect-go on the JSON API's port —
 // Connect and gRPC-Web over HTTP/1.1 and HTTP/2, gRPC over HTTP/2 (h2c or
 // TLS, Protocols) — with gRPC health checking and server reflection.
 // Requests whose path starts with a service's prefix never reach echo
@@ -68,6 +68,14 @@ var rpcMethods = map[string]rpcMethod{
 	fenceqv1connect.LeaseServiceReleaseLeaseProcedure: {route: "POST /v1/leases/*"},
 	fenceqv1connect.LeaseServiceGetLeaseProcedure:     {route: "GET /v1/leases/*"},
 	fenceqv1connect.LeaseServiceCheckLeaseProcedure:   {route: "POST /v1/leases/*", role: anyRole},
+
+	fenceqv1connect.ScheduleServicePutScheduleProcedure:     {route: "PUT /v1/schedules/:name"},
+	fenceqv1connect.ScheduleServiceGetScheduleProcedure:     {route: "GET /v1/schedules/:name"},
+	fenceqv1connect.ScheduleServiceListSchedulesProcedure:   {route: "GET /v1/schedules"},
+	fenceqv1connect.ScheduleServiceDeleteScheduleProcedure:  {route: "DELETE /v1/schedules/:name"},
+	fenceqv1connect.ScheduleServicePauseScheduleProcedure:   {route: "POST /v1/schedules/:name/pause"},
+	fenceqv1connect.ScheduleServiceResumeScheduleProcedure:  {route: "POST /v1/schedules/:name/resume"},
+	fenceqv1connect.ScheduleServiceTriggerScheduleProcedure: {route: "POST /v1/schedules/:name/trigger"},
 }
 
 // rpcNeeds is the role an RPC needs: its JSON route's.
@@ -123,7 +131,8 @@ func (s *Server) initRPC() {
 	f.errors = connect.NewErrorWriter(opts...)
 	f.mux.Handle(fenceqv1connect.NewJobServiceHandler(jobRPC{s}, opts...))
 	f.mux.Handle(fenceqv1connect.NewLeaseServiceHandler(leaseRPC{s}, opts...))
-	names := []string{fenceqv1connect.JobServiceName, fenceqv1connect.LeaseServiceName}
+	f.mux.Handle(fenceqv1connect.NewScheduleServiceHandler(scheduleRPC{s}, opts...))
+	names := []string{fenceqv1connect.JobServiceName, fenceqv1connect.LeaseServiceName, fenceqv1connect.ScheduleServiceName}
 	f.mux.Handle(grpchealth.NewHandler(rpcHealth{s, names}))
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	f.mux.Handle(grpcreflect.NewHandlerV1(reflector))

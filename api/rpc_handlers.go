@@ -34,7 +34,8 @@ func pbJob(j db.Job) *fenceqv1.Job {
 		State: string(r.State), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, FencingToken: r.FencingToken,
 		ClaimedBy: r.ClaimedBy, LeaseExpiresAt: pbTime(j.LeaseExpiresAt), RunAt: pbTime(j.RunAt),
 		CreatedAt: pbTime(j.CreatedAt), UpdatedAt: pbTime(j.UpdatedAt), CompletedAt: pbTime(j.CompletedAt),
-		LastError: r.LastError, Result: r.Result, Attestation: r.Attestation, IdempotencyKey: r.IdempotencyKey}
+		LastError: r.LastError, Result: r.Result, Attestation: r.Attestation, IdempotencyKey: r.IdempotencyKey,
+		Schedule: r.Schedule, ScheduledFor: pbTime(j.ScheduledFor), Backfilled: r.Backfilled}
 	for _, e := range r.Errors {
 		out.Errors = append(out.Errors, &fenceqv1.JobError{Attempt: e.Attempt, At: pbTime(e.At), Error: e.Error})
 	}

@@ -283,12 +283,12 @@ func TestRPC_ErrorsOfTheStoreMapAsTheJSONAPIs(t *testing.T) {
 	}
 }
 
-// TestRPC_EveryProcedureHasTheRoleOfItsJSONRoute: every RPC of both
-// services has a JSON route (the role matrix) that the server routes.
+// TestRPC_EveryProcedureHasTheRoleOfItsJSONRoute: every RPC of every
+// service has a JSON route (the role matrix) that the server routes.
 func TestRPC_EveryProcedureHasTheRoleOfItsJSONRoute(t *testing.T) {
 	routes := api.RPCRoutesForTest()
 	echoRoutes := api.RoutesForTest(api.New(apitest.Bolt(t, db.Rules{}), api.Config{}))
-	for _, fd := range []protoreflect.FileDescriptor{fenceqv1.File_fenceq_v1_jobs_proto, fenceqv1.File_fenceq_v1_leases_proto} {
+	for _, fd := range []protoreflect.FileDescriptor{fenceqv1.File_fenceq_v1_jobs_proto, fenceqv1.File_fenceq_v1_leases_proto, fenceqv1.File_fenceq_v1_schedules_proto} {
 		for i := 0; i < fd.Services().Len(); i++ {
 			svc := fd.Services().Get(i)
 			for j := 0; j < svc.Methods().Len(); j++ {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/fenceq/fenceq/db"
@@ -53,6 +54,9 @@ type Store interface {
 
 	// The status page and metrics (status.go).
 	StatusStore
+
+	// Periodic jobs (schedules.go).
+	db.Schedules
 }
 
 var _ Store = db.Store(nil)
@@ -85,7 +89,8 @@ type Config struct {
 	StallTimeout time.Duration
 	// MetricsMaxQueues bounds the queues /metrics reports one by one: the
 	// largest ones by job count; the rest are summed as queue "(other)",
-	// which no queue can be named. Default 100.
+	// which no queue can be named. Schedules are bounded by it too (the
+	// first ones in name order; the rest as schedule "(other)"). Default 100.
 	MetricsMaxQueues int
 	// Principals enables bearer-token authentication and roles. Nil: every
 	// request is principal "local" with every role (loopback use).
@@ -116,6 +121,8 @@ type Server struct {
 	audit    auditCheck // the status page's cached chain walk
 	metrics  *metrics   // GET /metrics (metrics.go)
 	rpc      *rpcFront  // the protobuf API (rpc.go)
+
+	scheduleWake atomic.Pointer[func()] // the tick loop's wake (schedules.go)
 }
 
 // New returns the API server for store.
@@ -187,6 +194,15 @@ func New(store Store, cfg Config) *Server {
 	v1.GET("/audit/archive", s.archiveAudit) // audit_archive.go
 	v1.POST("/audit/archive/remove", s.removeArchivedAudit)
 	v1.GET("/backup", s.backup)
+
+	// Periodic jobs (schedules.go).
+	v1.GET("/schedules", s.listSchedules)
+	v1.PUT("/schedules/:name", s.putSchedule)
+	v1.GET("/schedules/:name", s.getSchedule)
+	v1.DELETE("/schedules/:name", s.deleteSchedule)
+	v1.POST("/schedules/:name/pause", s.pauseSchedule)
+	v1.POST("/schedules/:name/resume", s.resumeSchedule)
+	v1.POST("/schedules/:name/trigger", s.triggerSchedule)
 
 	// Named leases and token checks (leases.go). Lease names may contain
 	// slashes: the wildcard routes hand the whole rest of the path to the

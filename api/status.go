@@ -356,6 +356,8 @@ type permissions struct {
 	Leases  bool `json:"leases"`
 	Audit   bool `json:"audit"`
 	Pause   bool `json:"pause"` // POST /v1/queues/{queue}/pause and /resume
+	// Schedules: GET /v1/schedules (the status page's schedules table).
+	Schedules bool `json:"schedules"`
 }
 
 type whoamiResponse struct {
@@ -376,6 +378,8 @@ func (s *Server) whoamiOf(c echo.Context) whoamiResponse {
 		Leases:  s.may(p, "GET /v1/leases"),
 		Audit:   s.may(p, "GET /v1/audit/verify"),
 		Pause:   s.may(p, "POST /v1/queues/:queue/pause"),
+
+		Schedules: s.may(p, "GET /v1/schedules"),
 	}}
 }
 
@@ -426,6 +430,9 @@ type statusResponse struct {
 	Workers   []workerResponse     `json:"workers,omitzero"`
 	Leases    []leaseResponse      `json:"leases,omitzero"`
 	Audit     *auditStatusResponse `json:"audit,omitempty"`
+	// Schedules in name order (at most limit), for GET /v1/schedules'
+	// role.
+	Schedules []scheduleResponse `json:"schedules,omitzero"`
 }
 
 // workerResponse is a worker heard from: its claim calls and accepted
@@ -485,8 +492,8 @@ func statusLimit(c echo.Context) (int, error) {
 // status: GET /v1/status?limit= → everything the status page shows, in one
 // reply the page polls. Each part is there only when the caller's roles
 // allow the endpoint that serves it (queues, jobs, refused calls and
-// workers: GET /v1/jobs; leases: GET /v1/leases; the audit head: GET
-// /v1/audit/verify), so the page never shows more than the caller could
+// workers: GET /v1/jobs; leases: GET /v1/leases; schedules: GET
+// /v1/schedules; the audit head: GET /v1/audit/verify), so the page never shows more than the caller could
 // fetch itself. Each list holds at most limit entries (default 50, at
 // most db.MaxListLimit). The parts are read in separate read
 // transactions, so a list may differ by a job or two from the counts read
@@ -547,6 +554,16 @@ func (s *Server) status(c echo.Context) error {
 		out.Leases = make([]leaseResponse, 0, len(page.Leases))
 		for _, l := range page.Leases {
 			out.Leases = append(out.Leases, toLeaseResponse(l))
+		}
+	}
+	if out.Can.Schedules {
+		page, err := s.store.ListSchedules(ctx, db.ListSchedulesRequest{Limit: limit})
+		if err != nil {
+			return err
+		}
+		out.Schedules = make([]scheduleResponse, 0, len(page.Schedules))
+		for _, sc := range page.Schedules {
+			out.Schedules = append(out.Schedules, toScheduleResponse(sc))
 		}
 	}
 	if out.Can.Audit {

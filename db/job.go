@@ -53,6 +53,12 @@ type Job struct {
 	Result         json.RawMessage
 	Attestation    json.RawMessage
 	IdempotencyKey string
+	// Schedule names the schedule that enqueued the job ("" when a
+	// client did), ScheduledFor its tick, Backfilled whether the tick was
+	// a missed one fired by the catch-up policy.
+	Schedule     string
+	ScheduledFor time.Time
+	Backfilled   bool
 }
 
 // JobError is one recorded failure of a job.

@@ -233,12 +233,13 @@ const (
 	StoredAudit       StoredKind = "audit"         // the chain's links, head and checkpoint
 	StoredRefused     StoredKind = "refused calls" // the refused fenced calls the status page lists (observe.go)
 	StoredWorkers     StoredKind = "workers"       // the workers heard from (observe.go)
+	StoredSchedules   StoredKind = "schedules"     // schedules, their tick records and counters (schedule.go)
 )
 
 // StoredKinds lists every stored kind, in the order a copy carries them.
 // A kind an engine starts to store is added here; the engines' tests then
 // fail until each maps its storage to it and the copy carries it.
-var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit, StoredRefused, StoredWorkers}
+var StoredKinds = []StoredKind{StoredJobs, StoredJobSequence, StoredLeases, StoredPauses, StoredAudit, StoredRefused, StoredWorkers, StoredSchedules}
 
 // SweepPasses runs sweep transactions (once, an engine's SweepOnce) of
 // DefaultSweepBatch jobs until one removes fewer, and returns how many

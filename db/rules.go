@@ -427,6 +427,12 @@ type JobRecord struct {
 	Result         []byte        `msgpack:"r,omitempty"`
 	Attestation    []byte        `msgpack:"at,omitempty"`
 	IdempotencyKey string        `msgpack:"ik,omitempty"`
+	// Schedule names the schedule that enqueued the job, ScheduledFor its
+	// tick, Backfilled whether the catch-up policy fired it late (schema
+	// version 7 of the bbolt engine).
+	Schedule     string `msgpack:"sc,omitempty"`
+	ScheduledFor int64  `msgpack:"sf,omitempty"`
+	Backfilled   bool   `msgpack:"bf,omitempty"`
 }
 
 // ErrorRecord is one recorded failure. The tags are the bbolt engine's
@@ -454,6 +460,7 @@ func (r *JobRecord) Job() Job {
 		UpdatedAt: FromUnixNano(r.UpdatedAt), CompletedAt: FromUnixNano(r.CompletedAt),
 		LastError: r.LastError, Result: rawJSON(r.Result), Attestation: rawJSON(r.Attestation),
 		IdempotencyKey: r.IdempotencyKey,
+		Schedule:       r.Schedule, ScheduledFor: FromUnixNano(r.ScheduledFor), Backfilled: r.Backfilled,
 	}
 	for _, e := range r.Errors {
 		j.Errors = append(j.Errors, JobError{Attempt: e.Attempt, At: FromUnixNano(e.At), Error: e.Error})

@@ -18,6 +18,9 @@ import (
 // answered after it committed; a refused one (an *Error) changed nothing.
 // Methods are safe for concurrent use.
 type Store interface {
+	// Schedules: periodic jobs (schedule.go).
+	Schedules
+
 	// EnqueueJob adds one job. Refusals: CodeInvalid, CodeTooLarge.
 	EnqueueJob(ctx context.Context, req EnqueueRequest) (EnqueueResult, error)
 	// EnqueueJobs adds several jobs in one transaction: all of them or,

@@ -168,6 +168,9 @@ func (ps *pageServer) seed(token string) uint64 {
 	ps.call(token, "POST", fmt.Sprintf("/v1/jobs/%d/fail", flaky.ID),
 		`{"worker":"w3","error":"smtp timeout","retry_delay_ms":600000}`, 200, nil)
 	ps.call(token, "POST", "/v1/leases/%2Fdata%2Freport.csv/acquire", `{"holder":"etl-1","ttl_ms":600000}`, 200, nil)
+	ps.call(token, "PUT", "/v1/schedules/nightly-report", `{"cron":"30 2 * * *","timezone":"Europe/Berlin","job":{"queue":"reports"}}`, 201, nil)
+	ps.call(token, "PUT", "/v1/schedules/held", `{"every_ms":60000,"job":{"queue":"reports"}}`, 201, nil)
+	ps.call(token, "POST", "/v1/schedules/held/pause", ``, 200, nil)
 	return dead.ID
 }
 
@@ -260,6 +263,9 @@ func TestStatusPage_InABrowser(t *testing.T) {
 	waitJS(t, ctx, "the zombie heartbeat", `document.querySelector('#zombies tbody').textContent.includes('heartbeat')`)
 	waitJS(t, ctx, "the named lease", `document.querySelector('#leases tbody').textContent.includes('/data/report.csv')`)
 	waitJS(t, ctx, "the audit chain verifying", `document.querySelector('#audit').textContent.includes('Verifies')`)
+	waitJS(t, ctx, "the schedules with their timing and the paused one marked",
+		`document.querySelector('#schedules tr[data-schedule="nightly-report"]').textContent.includes('30 2 * * * (Europe/Berlin)') && `+
+			`document.querySelector('#schedules tr[data-schedule="held"]').textContent.includes('paused')`)
 	waitJS(t, ctx, "the throughput chart's lines", `document.querySelectorAll('#chart polyline').length === 3`)
 	waitJS(t, ctx, "the chart's description", `document.querySelector('#chart-desc').textContent.includes('3 claims')`)
 	if !evalJS[bool](t, ctx, accessible) {
@@ -463,6 +469,7 @@ func TestStatusPage_AsksForATokenOnceAndShowsButtonsByRole(t *testing.T) {
 	if evalJS[bool](t, ctx, `!document.querySelector('#sec-leases').hidden || !document.querySelector('#sec-audit').hidden`) {
 		t.Errorf("a producer sees the leases or the audit part")
 	}
+	waitJS(t, ctx, "the schedules for a producer", `!document.querySelector('#sec-schedules').hidden && !!document.querySelector('#schedules tr[data-schedule="held"]')`)
 	if got := evalJS[string](t, ctx, `sessionStorage.getItem('fenceq.token')`); got != prodToken {
 		t.Errorf("sessionStorage token = %q, want the producer's", got)
 	}

@@ -18,6 +18,7 @@ func TestDecodeAnswer_SameAsEncodingJSON(t *testing.T) {
 	types := []any{
 		Job{}, JobPage{}, batchAnswer{}, Stats{}, AuditPage{}, AuditReport{}, AuditCheckpoint{},
 		Lease{}, LeasePage{}, LeaseCheck{}, JobCheck{}, QueueCounts{}, QueuePause{}, Refusal{},
+		Schedule{}, SchedulePage{},
 		struct {
 			Jobs []Job `json:"jobs"`
 		}{},

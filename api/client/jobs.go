@@ -49,6 +49,12 @@ type Job struct {
 	Result         json.RawMessage `json:"result,omitempty"`
 	Attestation    json.RawMessage `json:"attestation,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Schedule names the schedule that enqueued the job (empty when a
+	// client did), ScheduledFor its tick, Backfilled whether that tick was
+	// a missed one fired by the catch-up policy.
+	Schedule     string    `json:"schedule,omitempty"`
+	ScheduledFor time.Time `json:"scheduled_for,omitzero"`
+	Backfilled   bool      `json:"backfilled,omitempty"`
 }
 
 // AttemptError is one recorded failure of a job.

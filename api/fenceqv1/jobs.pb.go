@@ -77,8 +77,17 @@ type Job struct {
 	Attestation []byte `protobuf:"bytes,19,opt,name=attestation,proto3" json:"attestation,omitempty"`
 	// idempotency_key is the key the job was enqueued with, if any.
 	IdempotencyKey string `protobuf:"bytes,20,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// schedule names the schedule that enqueued the job; empty when a
+	// client enqueued it.
+	Schedule string `protobuf:"bytes,21,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	// scheduled_for is the tick a schedule enqueued the job for (the
+	// trigger's time for TriggerSchedule); absent on a client's job.
+	ScheduledFor *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=scheduled_for,json=scheduledFor,proto3" json:"scheduled_for,omitempty"`
+	// backfilled is true on a schedule's job enqueued for a missed tick by
+	// the catch-up policy.
+	Backfilled    bool `protobuf:"varint,23,opt,name=backfilled,proto3" json:"backfilled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -249,6 +258,27 @@ func (x *Job) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *Job) GetSchedule() string {
+	if x != nil {
+		return x.Schedule
+	}
+	return ""
+}
+
+func (x *Job) GetScheduledFor() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledFor
+	}
+	return nil
+}
+
+func (x *Job) GetBackfilled() bool {
+	if x != nil {
+		return x.Backfilled
+	}
+	return false
 }
 
 // JobError is one failed attempt.
@@ -2290,7 +2320,7 @@ var File_fenceq_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_fenceq_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x14fenceq/v1/jobs.proto\x12\tfenceq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x05\n" +
+	"\x14fenceq/v1/jobs.proto\x12\tfenceq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x06\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -2316,7 +2346,12 @@ const file_fenceq_v1_jobs_proto_rawDesc = "" +
 	"\x06errors\x18\x11 \x03(\v2\x13.fenceq.v1.JobErrorR\x06errors\x12\x16\n" +
 	"\x06result\x18\x12 \x01(\fR\x06result\x12 \n" +
 	"\vattestation\x18\x13 \x01(\fR\vattestation\x12'\n" +
-	"\x0fidempotency_key\x18\x14 \x01(\tR\x0eidempotencyKey\"f\n" +
+	"\x0fidempotency_key\x18\x14 \x01(\tR\x0eidempotencyKey\x12\x1a\n" +
+	"\bschedule\x18\x15 \x01(\tR\bschedule\x12?\n" +
+	"\rscheduled_for\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\fscheduledFor\x12\x1e\n" +
+	"\n" +
+	"backfilled\x18\x17 \x01(\bR\n" +
+	"backfilled\"f\n" +
 	"\bJobError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x04R\aattempt\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x14\n" +
@@ -2518,63 +2553,64 @@ var file_fenceq_v1_jobs_proto_depIdxs = []int32{
 	34, // 3: fenceq.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
 	34, // 4: fenceq.v1.Job.completed_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: fenceq.v1.Job.errors:type_name -> fenceq.v1.JobError
-	34, // 6: fenceq.v1.JobError.at:type_name -> google.protobuf.Timestamp
-	34, // 7: fenceq.v1.EnqueueJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: fenceq.v1.EnqueueJobResponse.job:type_name -> fenceq.v1.Job
-	2,  // 9: fenceq.v1.EnqueueJobsRequest.jobs:type_name -> fenceq.v1.EnqueueJobRequest
-	0,  // 10: fenceq.v1.EnqueueJobsResponse.jobs:type_name -> fenceq.v1.Job
-	0,  // 11: fenceq.v1.ClaimJobResponse.job:type_name -> fenceq.v1.Job
-	0,  // 12: fenceq.v1.ClaimJobResponse.jobs:type_name -> fenceq.v1.Job
-	0,  // 13: fenceq.v1.HeartbeatJobResponse.job:type_name -> fenceq.v1.Job
-	10, // 14: fenceq.v1.CompleteJobRequest.claim_next:type_name -> fenceq.v1.ClaimNext
-	0,  // 15: fenceq.v1.CompleteJobResponse.job:type_name -> fenceq.v1.Job
-	0,  // 16: fenceq.v1.CompleteJobResponse.next_jobs:type_name -> fenceq.v1.Job
-	0,  // 17: fenceq.v1.FailJobResponse.job:type_name -> fenceq.v1.Job
-	0,  // 18: fenceq.v1.ItemResult.job:type_name -> fenceq.v1.Job
-	16, // 19: fenceq.v1.ItemResult.error:type_name -> fenceq.v1.ItemError
-	17, // 20: fenceq.v1.HeartbeatJobsRequest.jobs:type_name -> fenceq.v1.HeartbeatItem
-	15, // 21: fenceq.v1.HeartbeatJobsResponse.results:type_name -> fenceq.v1.ItemResult
-	20, // 22: fenceq.v1.CompleteJobsRequest.jobs:type_name -> fenceq.v1.CompleteItem
-	10, // 23: fenceq.v1.CompleteJobsRequest.claim_next:type_name -> fenceq.v1.ClaimNext
-	15, // 24: fenceq.v1.CompleteJobsResponse.results:type_name -> fenceq.v1.ItemResult
-	0,  // 25: fenceq.v1.CompleteJobsResponse.next_jobs:type_name -> fenceq.v1.Job
-	23, // 26: fenceq.v1.FailJobsRequest.jobs:type_name -> fenceq.v1.FailItem
-	15, // 27: fenceq.v1.FailJobsResponse.results:type_name -> fenceq.v1.ItemResult
-	0,  // 28: fenceq.v1.GetJobResponse.job:type_name -> fenceq.v1.Job
-	0,  // 29: fenceq.v1.CancelJobResponse.job:type_name -> fenceq.v1.Job
-	0,  // 30: fenceq.v1.RetryJobResponse.job:type_name -> fenceq.v1.Job
-	34, // 31: fenceq.v1.CheckJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 32: fenceq.v1.JobService.EnqueueJob:input_type -> fenceq.v1.EnqueueJobRequest
-	4,  // 33: fenceq.v1.JobService.EnqueueJobs:input_type -> fenceq.v1.EnqueueJobsRequest
-	6,  // 34: fenceq.v1.JobService.ClaimJob:input_type -> fenceq.v1.ClaimJobRequest
-	8,  // 35: fenceq.v1.JobService.HeartbeatJob:input_type -> fenceq.v1.HeartbeatJobRequest
-	11, // 36: fenceq.v1.JobService.CompleteJob:input_type -> fenceq.v1.CompleteJobRequest
-	13, // 37: fenceq.v1.JobService.FailJob:input_type -> fenceq.v1.FailJobRequest
-	18, // 38: fenceq.v1.JobService.HeartbeatJobs:input_type -> fenceq.v1.HeartbeatJobsRequest
-	21, // 39: fenceq.v1.JobService.CompleteJobs:input_type -> fenceq.v1.CompleteJobsRequest
-	24, // 40: fenceq.v1.JobService.FailJobs:input_type -> fenceq.v1.FailJobsRequest
-	26, // 41: fenceq.v1.JobService.GetJob:input_type -> fenceq.v1.GetJobRequest
-	28, // 42: fenceq.v1.JobService.CancelJob:input_type -> fenceq.v1.CancelJobRequest
-	30, // 43: fenceq.v1.JobService.RetryJob:input_type -> fenceq.v1.RetryJobRequest
-	32, // 44: fenceq.v1.JobService.CheckJob:input_type -> fenceq.v1.CheckJobRequest
-	3,  // 45: fenceq.v1.JobService.EnqueueJob:output_type -> fenceq.v1.EnqueueJobResponse
-	5,  // 46: fenceq.v1.JobService.EnqueueJobs:output_type -> fenceq.v1.EnqueueJobsResponse
-	7,  // 47: fenceq.v1.JobService.ClaimJob:output_type -> fenceq.v1.ClaimJobResponse
-	9,  // 48: fenceq.v1.JobService.HeartbeatJob:output_type -> fenceq.v1.HeartbeatJobResponse
-	12, // 49: fenceq.v1.JobService.CompleteJob:output_type -> fenceq.v1.CompleteJobResponse
-	14, // 50: fenceq.v1.JobService.FailJob:output_type -> fenceq.v1.FailJobResponse
-	19, // 51: fenceq.v1.JobService.HeartbeatJobs:output_type -> fenceq.v1.HeartbeatJobsResponse
-	22, // 52: fenceq.v1.JobService.CompleteJobs:output_type -> fenceq.v1.CompleteJobsResponse
-	25, // 53: fenceq.v1.JobService.FailJobs:output_type -> fenceq.v1.FailJobsResponse
-	27, // 54: fenceq.v1.JobService.GetJob:output_type -> fenceq.v1.GetJobResponse
-	29, // 55: fenceq.v1.JobService.CancelJob:output_type -> fenceq.v1.CancelJobResponse
-	31, // 56: fenceq.v1.JobService.RetryJob:output_type -> fenceq.v1.RetryJobResponse
-	33, // 57: fenceq.v1.JobService.CheckJob:output_type -> fenceq.v1.CheckJobResponse
-	45, // [45:58] is the sub-list for method output_type
-	32, // [32:45] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	34, // 6: fenceq.v1.Job.scheduled_for:type_name -> google.protobuf.Timestamp
+	34, // 7: fenceq.v1.JobError.at:type_name -> google.protobuf.Timestamp
+	34, // 8: fenceq.v1.EnqueueJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	0,  // 9: fenceq.v1.EnqueueJobResponse.job:type_name -> fenceq.v1.Job
+	2,  // 10: fenceq.v1.EnqueueJobsRequest.jobs:type_name -> fenceq.v1.EnqueueJobRequest
+	0,  // 11: fenceq.v1.EnqueueJobsResponse.jobs:type_name -> fenceq.v1.Job
+	0,  // 12: fenceq.v1.ClaimJobResponse.job:type_name -> fenceq.v1.Job
+	0,  // 13: fenceq.v1.ClaimJobResponse.jobs:type_name -> fenceq.v1.Job
+	0,  // 14: fenceq.v1.HeartbeatJobResponse.job:type_name -> fenceq.v1.Job
+	10, // 15: fenceq.v1.CompleteJobRequest.claim_next:type_name -> fenceq.v1.ClaimNext
+	0,  // 16: fenceq.v1.CompleteJobResponse.job:type_name -> fenceq.v1.Job
+	0,  // 17: fenceq.v1.CompleteJobResponse.next_jobs:type_name -> fenceq.v1.Job
+	0,  // 18: fenceq.v1.FailJobResponse.job:type_name -> fenceq.v1.Job
+	0,  // 19: fenceq.v1.ItemResult.job:type_name -> fenceq.v1.Job
+	16, // 20: fenceq.v1.ItemResult.error:type_name -> fenceq.v1.ItemError
+	17, // 21: fenceq.v1.HeartbeatJobsRequest.jobs:type_name -> fenceq.v1.HeartbeatItem
+	15, // 22: fenceq.v1.HeartbeatJobsResponse.results:type_name -> fenceq.v1.ItemResult
+	20, // 23: fenceq.v1.CompleteJobsRequest.jobs:type_name -> fenceq.v1.CompleteItem
+	10, // 24: fenceq.v1.CompleteJobsRequest.claim_next:type_name -> fenceq.v1.ClaimNext
+	15, // 25: fenceq.v1.CompleteJobsResponse.results:type_name -> fenceq.v1.ItemResult
+	0,  // 26: fenceq.v1.CompleteJobsResponse.next_jobs:type_name -> fenceq.v1.Job
+	23, // 27: fenceq.v1.FailJobsRequest.jobs:type_name -> fenceq.v1.FailItem
+	15, // 28: fenceq.v1.FailJobsResponse.results:type_name -> fenceq.v1.ItemResult
+	0,  // 29: fenceq.v1.GetJobResponse.job:type_name -> fenceq.v1.Job
+	0,  // 30: fenceq.v1.CancelJobResponse.job:type_name -> fenceq.v1.Job
+	0,  // 31: fenceq.v1.RetryJobResponse.job:type_name -> fenceq.v1.Job
+	34, // 32: fenceq.v1.CheckJobResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 33: fenceq.v1.JobService.EnqueueJob:input_type -> fenceq.v1.EnqueueJobRequest
+	4,  // 34: fenceq.v1.JobService.EnqueueJobs:input_type -> fenceq.v1.EnqueueJobsRequest
+	6,  // 35: fenceq.v1.JobService.ClaimJob:input_type -> fenceq.v1.ClaimJobRequest
+	8,  // 36: fenceq.v1.JobService.HeartbeatJob:input_type -> fenceq.v1.HeartbeatJobRequest
+	11, // 37: fenceq.v1.JobService.CompleteJob:input_type -> fenceq.v1.CompleteJobRequest
+	13, // 38: fenceq.v1.JobService.FailJob:input_type -> fenceq.v1.FailJobRequest
+	18, // 39: fenceq.v1.JobService.HeartbeatJobs:input_type -> fenceq.v1.HeartbeatJobsRequest
+	21, // 40: fenceq.v1.JobService.CompleteJobs:input_type -> fenceq.v1.CompleteJobsRequest
+	24, // 41: fenceq.v1.JobService.FailJobs:input_type -> fenceq.v1.FailJobsRequest
+	26, // 42: fenceq.v1.JobService.GetJob:input_type -> fenceq.v1.GetJobRequest
+	28, // 43: fenceq.v1.JobService.CancelJob:input_type -> fenceq.v1.CancelJobRequest
+	30, // 44: fenceq.v1.JobService.RetryJob:input_type -> fenceq.v1.RetryJobRequest
+	32, // 45: fenceq.v1.JobService.CheckJob:input_type -> fenceq.v1.CheckJobRequest
+	3,  // 46: fenceq.v1.JobService.EnqueueJob:output_type -> fenceq.v1.EnqueueJobResponse
+	5,  // 47: fenceq.v1.JobService.EnqueueJobs:output_type -> fenceq.v1.EnqueueJobsResponse
+	7,  // 48: fenceq.v1.JobService.ClaimJob:output_type -> fenceq.v1.ClaimJobResponse
+	9,  // 49: fenceq.v1.JobService.HeartbeatJob:output_type -> fenceq.v1.HeartbeatJobResponse
+	12, // 50: fenceq.v1.JobService.CompleteJob:output_type -> fenceq.v1.CompleteJobResponse
+	14, // 51: fenceq.v1.JobService.FailJob:output_type -> fenceq.v1.FailJobResponse
+	19, // 52: fenceq.v1.JobService.HeartbeatJobs:output_type -> fenceq.v1.HeartbeatJobsResponse
+	22, // 53: fenceq.v1.JobService.CompleteJobs:output_type -> fenceq.v1.CompleteJobsResponse
+	25, // 54: fenceq.v1.JobService.FailJobs:output_type -> fenceq.v1.FailJobsResponse
+	27, // 55: fenceq.v1.JobService.GetJob:output_type -> fenceq.v1.GetJobResponse
+	29, // 56: fenceq.v1.JobService.CancelJob:output_type -> fenceq.v1.CancelJobResponse
+	31, // 57: fenceq.v1.JobService.RetryJob:output_type -> fenceq.v1.RetryJobResponse
+	33, // 58: fenceq.v1.JobService.CheckJob:output_type -> fenceq.v1.CheckJobResponse
+	46, // [46:59] is the sub-list for method output_type
+	33, // [33:46] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_fenceq_v1_jobs_proto_init() }

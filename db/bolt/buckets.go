@@ -56,12 +56,23 @@ var (
 	// bucketWorkersSeen: lastSeen ‖ workerKey → nil; the workers in the
 	// order they were last heard from, for listing and pruning.
 	bucketWorkersSeen = []byte("idx_workers_seen")
+	// bucketSchedules: schedule name → msgpack scheduleRecord; at most
+	// db.MaxSchedules (schedules.go). Schema version 7.
+	bucketSchedules = []byte("schedules")
+	// bucketScheduleNext: next fire time ‖ name → nil; the running
+	// schedules by their next tick, so that a pass reads only due ones.
+	bucketScheduleNext = []byte("idx_schedule_next")
+	// bucketScheduleTicks: name 0x00 scheduled_for → job id (8); one
+	// record per tick fired, unique, the newest db.ScheduleTicksKept of
+	// each schedule kept.
+	bucketScheduleTicks = []byte("schedule_ticks")
 )
 
 var allBuckets = [][]byte{bucketJobs, bucketReady, bucketScheduled, bucketClaimed, bucketFinished,
 	bucketIdempotency, bucketCounts, bucketAudit, bucketMeta, bucketLeases,
 	bucketDead, bucketAuditSubject, bucketAuditCounts, bucketPaused, bucketScheduledQueue,
-	bucketRefused, bucketRefusedJob, bucketWorkers, bucketWorkersSeen}
+	bucketRefused, bucketRefusedJob, bucketWorkers, bucketWorkersSeen,
+	bucketSchedules, bucketScheduleNext, bucketScheduleTicks}
 
 var (
 	metaSchemaVersion = []byte("schema_version")

@@ -75,6 +75,15 @@ func (r *jobRecord) fields(w *msgrec.Writer) {
 	if r.IdempotencyKey != "" {
 		msgrec.Field(w, "ik", r.IdempotencyKey, msgrec.String)
 	}
+	if r.Schedule != "" {
+		msgrec.Field(w, "sc", r.Schedule, msgrec.String)
+	}
+	if r.ScheduledFor != 0 {
+		msgrec.Field(w, "sf", r.ScheduledFor, msgrec.Int64)
+	}
+	if r.Backfilled {
+		msgrec.Field(w, "bf", r.Backfilled, (*msgpack.Encoder).EncodeBool)
+	}
 }
 
 func encodeErrorRecords(enc *msgpack.Encoder, errs []errorRecord) error {
@@ -171,6 +180,12 @@ func (r *jobRecord) DecodeMsgpack(dec *msgpack.Decoder) error {
 			r.Attestation, err = readRecordBytes(dec)
 		case "ik":
 			r.IdempotencyKey, err = decodeString(dec)
+		case "sc":
+			r.Schedule, err = decodeString(dec)
+		case "sf":
+			r.ScheduledFor, err = dec.DecodeInt64()
+		case "bf":
+			r.Backfilled, err = dec.DecodeBool()
 		default:
 			err = msgrec.Skip(dec)
 		}

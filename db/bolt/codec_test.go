@@ -36,7 +36,8 @@ func genJobRecord(t *rapid.T) *jobRecord {
 		errs = append(errs, errorRecord{Attempt: rapid.Uint64().Draw(t, "attempt"),
 			At: rapid.Int64().Draw(t, "at"), Error: str("error" + itoa(uint64(i)))})
 	}
-	return &jobRecord{V: rapid.Uint8().Draw(t, "v"), JobRecord: db.JobRecord{ID: rapid.Uint64().Draw(t, "id"), Queue: str("queue"), Kind: str("kind"), Payload: bytesOrNil("payload"), Priority: rapid.Int64().Draw(t, "priority"), State: rapid.SampledFrom(db.States).Draw(t, "state"), Attempts: rapid.Uint64().Draw(t, "attempts"), MaxAttempts: rapid.Uint64().Draw(t, "max"), Budget: rapid.Uint64().Draw(t, "budget"), ClaimedBy: str("claimed_by"), LeaseExpiresAt: rapid.Int64().Draw(t, "lx"), RunAt: rapid.Int64().Draw(t, "ra"), CreatedAt: rapid.Int64().Draw(t, "ca"), UpdatedAt: rapid.Int64().Draw(t, "ua"), CompletedAt: rapid.Int64().Draw(t, "co"), LastError: str("last_error"), Errors: errs, Result: bytesOrNil("result"), Attestation: bytesOrNil("attestation"), IdempotencyKey: str("idempotency_key")}}
+	return &jobRecord{V: rapid.Uint8().Draw(t, "v"), JobRecord: db.JobRecord{ID: rapid.Uint64().Draw(t, "id"), Queue: str("queue"), Kind: str("kind"), Payload: bytesOrNil("payload"), Priority: rapid.Int64().Draw(t, "priority"), State: rapid.SampledFrom(db.States).Draw(t, "state"), Attempts: rapid.Uint64().Draw(t, "attempts"), MaxAttempts: rapid.Uint64().Draw(t, "max"), Budget: rapid.Uint64().Draw(t, "budget"), ClaimedBy: str("claimed_by"), LeaseExpiresAt: rapid.Int64().Draw(t, "lx"), RunAt: rapid.Int64().Draw(t, "ra"), CreatedAt: rapid.Int64().Draw(t, "ca"), UpdatedAt: rapid.Int64().Draw(t, "ua"), CompletedAt: rapid.Int64().Draw(t, "co"), LastError: str("last_error"), Errors: errs, Result: bytesOrNil("result"), Attestation: bytesOrNil("attestation"), IdempotencyKey: str("idempotency_key"),
+		Schedule: str("schedule"), ScheduledFor: rapid.Int64().Draw(t, "sf"), Backfilled: rapid.Bool().Draw(t, "bf")}}
 }
 
 // encodeBothWays encodes a record with its hand-written encoder and, as
@@ -226,7 +227,7 @@ func TestRecordCodecsKnowEveryField(t *testing.T) {
 	for _, tc := range []struct {
 		typ  reflect.Type
 		want int
-	}{{reflect.TypeFor[jobRecord](), 2}, {reflect.TypeFor[db.JobRecord](), 20}, {reflect.TypeFor[errorRecord](), 3}, {reflect.TypeFor[db.AuditLink](), 9}} {
+	}{{reflect.TypeFor[jobRecord](), 2}, {reflect.TypeFor[db.JobRecord](), 23}, {reflect.TypeFor[errorRecord](), 3}, {reflect.TypeFor[db.AuditLink](), 9}} {
 		if got := tc.typ.NumField(); got != tc.want {
 			t.Errorf("%s has %d fields; its codec in codec.go and the generators in codec_test.go know %d: update them",
 				tc.typ.Name(), got, tc.want)

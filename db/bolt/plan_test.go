@@ -35,6 +35,9 @@ var bucketKinds = map[string]db.StoredKind{
 	"idx_refused_job":     "",
 	"workers":             db.StoredWorkers,
 	"idx_workers_seen":    "",
+	"schedules":           db.StoredSchedules,
+	"idx_schedule_next":   "",
+	"schedule_ticks":      db.StoredSchedules,
 }
 
 // TestEveryBucketHoldsAStoredKindOrIsDerived: a bucket added for a new

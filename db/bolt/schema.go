@@ -35,10 +35,16 @@ import (
 //	   each kept bounded (observe.go). A build of version 5 would leave
 //	   them unbounded and the worker count wrong. The upgrade from 5
 //	   writes nothing but the version (the buckets start empty).
+//	7  schedules, idx_schedule_next and schedule_ticks: periodic jobs
+//	   (schedules.go), and job records may carry the optional fields sc,
+//	   sf and bf (schedule, scheduled_for, backfilled). A build of
+//	   version 6 would neither tick nor keep the index, so it must refuse
+//	   the file. The upgrade from 6 writes nothing but the version (the
+//	   buckets start empty; no job has the new fields yet).
 //
 // Stored state an older build would not understand bumps it, with an
 // upgrade from the version before.
-const schemaVersion = observationsSchema
+const schemaVersion = schedulesSchema
 
 // upgrades[v] brings a file of version v to v+1, inside the transaction of
 // Open that records the new version.
@@ -48,7 +54,11 @@ var upgrades = map[uint64]func(tx *bbolt.Tx) error{
 	pausedQueuesSchema - 1:   addPausedQueues,
 	scheduledQueueSchema - 1: buildScheduledQueueIndex,
 	observationsSchema - 1:   func(*bbolt.Tx) error { return nil }, // initFile created the buckets empty
+	schedulesSchema - 1:      func(*bbolt.Tx) error { return nil }, // likewise
 }
+
+// schedulesSchema is the schema version that added the schedules (issue 28).
+const schedulesSchema = 7
 
 // observationsSchema is the schema version that added the refused calls
 // and the workers (observe.go).
@@ -213,6 +223,7 @@ var upgradeSteps = map[uint64]string{
 	pausedQueuesSchema - 1:   "add the queue_paused bucket (empty: nothing is paused)",
 	scheduledQueueSchema - 1: "fill idx_scheduled_queue from idx_scheduled",
 	observationsSchema - 1:   "add the refused, idx_refused_job, workers and idx_workers_seen buckets (empty)",
+	schedulesSchema - 1:      "add the schedules, idx_schedule_next and schedule_ticks buckets (empty: no schedule yet)",
 }
 
 // UpgradeStep is one step of a file's upgrade: from schema version From to

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fenceq/fenceq/db"
+	"github.com/fenceq/fenceq/schedule"
 	bbolt "go.etcd.io/bbolt"
 )
 
@@ -16,7 +17,8 @@ import (
 // 4 claimed by w2 for an hour, 5 cancelled, 6 available in queue other;
 // lease data/a released by h1 and held by h2 (token 2); their audit
 // records. Schema version 1 is release-8c034d8.db
-// (TestAFileOfTheReleaseBeforeTheSeamOpensAndIsUpgraded); 4 is v0.1.0's.
+// (TestAFileOfTheReleaseBeforeTheSeamOpensAndIsUpgraded); 4 is v0.1.0's;
+// 6 is the last before the schedules (issue 28).
 var schemaFixtures = []struct {
 	version uint64
 	file    string
@@ -24,6 +26,7 @@ var schemaFixtures = []struct {
 	{2, "schema-2-1b74296.db"},
 	{3, "schema-3-9c92b8c.db"},
 	{4, "schema-4-3671dce.db"},
+	{6, "schema-6-2c24cdb.db"},
 }
 
 // TestFilesOfEveryEarlierSchemaVersionOpenAndUpgrade: each file opens
@@ -97,6 +100,18 @@ func TestFilesOfEveryEarlierSchemaVersionOpenAndUpgrade(t *testing.T) {
 			}
 			if tokens[2] != 2 || tokens[4] != 2 || tokens[6] != 1 {
 				t.Errorf("claimed two hours on: tokens by job %v, want job 2 and 4 with token 2, job 6 with 1", tokens)
+			}
+			// Schedules work on the upgraded file: one is put and, its
+			// tick come, fires a job into the older jobs' id sequence.
+			sc, err := s.PutSchedule(ctx, db.PutScheduleRequest{Principal: "ops", Name: "after-upgrade", Spec: schedule.Spec{Every: time.Second}})
+			if err != nil {
+				t.Fatalf("PutSchedule() after the upgrade = %v", err)
+			}
+			later = sc.Schedule.NextFire
+			if res, err := s.FireSchedules(ctx, 10); err != nil || res.Jobs != 1 {
+				t.Errorf("FireSchedules() after the upgrade = %+v, %v; want one job", res, err)
+			} else if j, err := s.GetJob(ctx, 7); err != nil || j.Schedule != "after-upgrade" {
+				t.Errorf("GetJob(7) = %+v, %v; want the schedule's job", j, err)
 			}
 			if err := s.Check(); err != nil {
 				t.Errorf("Check() after the claims = %v", err)

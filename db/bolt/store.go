@@ -254,6 +254,9 @@ func (s *Store) Check() error {
 		if err := checkPauses(tx); err != nil {
 			return err
 		}
+		if err := checkSchedules(tx); err != nil {
+			return err
+		}
 		return checkIndexes(tx)
 	})
 }

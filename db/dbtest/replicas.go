@@ -51,6 +51,7 @@ var replicaTests = []struct {
 	{"OneIdempotencyKeyThroughEveryReplicaMakesOneJob", testOneIdempotencyKeyThroughEveryReplicaMakesOneJob},
 	{"AnEnqueueThroughOneReplicaWakesALongPollOnAnother", testAnEnqueueThroughOneReplicaWakesALongPollOnAnother},
 	{"ObservationsThroughEveryReplicaAreOneBoundedList", testObservationsThroughEveryReplicaAreOneBoundedList},
+	{"FireSchedulesRacingThroughEveryReplicaFireEachTickOnce", testFireSchedulesRacingThroughEveryReplicaFireEachTickOnce},
 }
 
 // Refused calls and worker sightings written through every replica at

@@ -19,12 +19,14 @@ type Source interface {
 	AuditHead(ctx context.Context) (db.AuditHead, error)
 	ListRefusedCalls(ctx context.Context, req db.RefusedCallsRequest) ([]db.RefusedCall, error)
 	ListWorkers(ctx context.Context, req db.WorkersRequest) ([]db.Worker, error)
+	ExportSchedules(ctx context.Context, after string, limit int) ([]db.ScheduleExport, error)
 }
 
 // CopyReport is what Copy moved.
 type CopyReport struct {
 	Jobs, Leases, Pauses, AuditLinks uint64
 	RefusedCalls, Workers            uint64
+	Schedules, ScheduleTicks         uint64
 	Audit                            db.AuditReport // the chain verified on the target
 }
 
@@ -49,13 +51,16 @@ var copySteps = map[db.StoredKind]func(c *copying) error{
 	db.StoredAudit:       copyAudit,
 	db.StoredRefused:     copyRefusedCalls,
 	db.StoredWorkers:     copyWorkers,
+	db.StoredSchedules:   copySchedules,
 }
 
 // Copy moves src's state — every db.StoredKind: jobs, the job sequence,
-// named leases, paused queues and the audit chain — into the empty fenceq
+// named leases, paused queues, the audit chain, the status page's
+// observations, schedules with their tick records — into the empty fenceq
 // database at url, in one transaction: the links are stored as the same
 // canonical bytes, so the chain verifies on the target as it did on the
-// source. It refuses a target that holds any job, lease, pause or link.
+// source. It refuses a target that holds any job, lease, pause, schedule
+// or link.
 // Servers must be stopped: src is read as it is, and nothing may write the
 // target meanwhile.
 func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
@@ -72,12 +77,12 @@ func Copy(ctx context.Context, url string, src Source) (CopyReport, error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var empty bool
 		if err := tx.QueryRow(ctx, `SELECT seq = 0 AND NOT EXISTS (SELECT 1 FROM fenceq_jobs) AND NOT EXISTS (SELECT 1 FROM fenceq_leases)
-			AND NOT EXISTS (SELECT 1 FROM fenceq_paused)
+			AND NOT EXISTS (SELECT 1 FROM fenceq_paused) AND NOT EXISTS (SELECT 1 FROM fenceq_schedules)
 			FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`).Scan(&empty); err != nil {
 			return err
 		}
 		if !empty {
-			return fmt.Errorf("db: postgres: copy: the target database already holds fenceq jobs, leases, pauses or audit records; copy into an empty one")
+			return fmt.Errorf("db: postgres: copy: the target database already holds fenceq jobs, leases, pauses, schedules or audit records; copy into an empty one")
 		}
 		c := &copying{ctx: ctx, src: src, srcHead: srcHead, tx: tx, w: &writer{ctx: ctx, tx: tx, s: s}, rep: &rep}
 		for _, kind := range db.StoredKinds {
@@ -289,4 +294,37 @@ func copyWorkers(c *copying) error {
 		c.rep.Workers++
 	}
 	return nil
+}
+
+// copySchedules: each schedule as it is on the source (its spec, template,
+// pause, next fire time, last job and counters), with its tick records,
+// so that a tick decided on the source is not decided again on the target.
+func copySchedules(c *copying) error {
+	for after := ""; ; {
+		page, err := c.src.ExportSchedules(c.ctx, after, db.MaxListLimit)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		for _, e := range page {
+			if err := writeSchedule(c.w, e.Name, &e.Record); err != nil {
+				return fmt.Errorf("db: postgres: copy schedule %q: %w", e.Name, err)
+			}
+			if len(e.Ticks) > 0 {
+				ats, jobs := make([]int64, len(e.Ticks)), make([]int64, len(e.Ticks))
+				for i, t := range e.Ticks {
+					ats[i], jobs[i] = t.ScheduledFor, int64(t.Job)
+				}
+				if _, err := c.tx.Exec(c.ctx, `INSERT INTO fenceq_schedule_ticks (schedule, scheduled_for, job_id)
+					SELECT $1, at, job FROM unnest($2::bigint[], $3::bigint[]) AS u(at, job)`, e.Name, ats, jobs); err != nil {
+					return fmt.Errorf("db: postgres: copy the tick records of schedule %q: %w", e.Name, err)
+				}
+			}
+			c.rep.Schedules++
+			c.rep.ScheduleTicks += uint64(len(e.Ticks))
+		}
+		after = page[len(page)-1].Name
+	}
 }

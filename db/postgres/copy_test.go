@@ -11,16 +11,18 @@ import (
 // schema holds; "" marks what is derived from the kinds (counters, the
 // schema's own bookkeeping), which a copy rebuilds rather than carries.
 var tableKinds = map[string]db.StoredKind{
-	"fenceq_jobs":         db.StoredJobs,
-	"fenceq_job_counts":   "",
-	"fenceq_leases":       db.StoredLeases,
-	"fenceq_paused":       db.StoredPauses,
-	"fenceq_audit":        db.StoredAudit,
-	"fenceq_audit_head":   db.StoredAudit,
-	"fenceq_audit_counts": "",
-	"fenceq_schema":       "",
-	"fenceq_refused":      db.StoredRefused,
-	"fenceq_workers":      db.StoredWorkers,
+	"fenceq_jobs":           db.StoredJobs,
+	"fenceq_job_counts":     "",
+	"fenceq_leases":         db.StoredLeases,
+	"fenceq_paused":         db.StoredPauses,
+	"fenceq_audit":          db.StoredAudit,
+	"fenceq_audit_head":     db.StoredAudit,
+	"fenceq_audit_counts":   "",
+	"fenceq_schema":         "",
+	"fenceq_refused":        db.StoredRefused,
+	"fenceq_workers":        db.StoredWorkers,
+	"fenceq_schedules":      db.StoredSchedules,
+	"fenceq_schedule_ticks": db.StoredSchedules,
 }
 
 // TestCopy_CarriesEveryStoredKind: "fenceq copy" has a step for every

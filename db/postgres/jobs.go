@@ -16,7 +16,8 @@ import (
 )
 
 const jobColumns = `id, queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
-	lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key`
+	lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key,
+	schedule, scheduled_for, backfilled`
 
 // scanJob reads one row of jobColumns.
 func scanJob(row pgx.Row) (*db.JobRecord, error) {
@@ -26,9 +27,12 @@ func scanJob(row pgx.Row) (*db.JobRecord, error) {
 		kind, lastError, errs, idem, claimedBy []byte
 		state                                  string
 		lease, runAt, created, updated, compAt int64
+		sched                                  *string
+		schedFor                               *int64
 	)
 	err := row.Scan(&id, &r.Queue, &kind, &r.Payload, &r.Priority, &state, &attempts, &maxAttempts, &budget, &claimedBy,
-		&lease, &runAt, &created, &updated, &compAt, &lastError, &errs, &r.Result, &r.Attestation, &idem)
+		&lease, &runAt, &created, &updated, &compAt, &lastError, &errs, &r.Result, &r.Attestation, &idem,
+		&sched, &schedFor, &r.Backfilled)
 	if err != nil {
 		return nil, err
 	}
@@ -36,6 +40,12 @@ func scanJob(row pgx.Row) (*db.JobRecord, error) {
 	r.Kind, r.LastError, r.IdempotencyKey, r.State = string(kind), string(lastError), string(idem), db.State(state)
 	r.ClaimedBy = string(claimedBy)
 	r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt = lease, runAt, created, updated, compAt
+	if sched != nil {
+		r.Schedule = *sched
+	}
+	if schedFor != nil {
+		r.ScheduledFor = *schedFor
+	}
 	if len(errs) > 0 {
 		if err := msgrec.Unmarshal(errs, &r.Errors); err != nil {
 			return nil, fmt.Errorf("%w: job %d: errors: %v", db.ErrCorrupt, r.ID, err)
@@ -72,12 +82,16 @@ func insertJob(w *writer, r *db.JobRecord, newID bool) (uint64, bool, error) {
 		idem = []byte(r.IdempotencyKey)
 	}
 	var id int64
+	sched, schedFor := scheduleColumns(r)
 	err = w.tx.QueryRow(w.ctx, `INSERT INTO fenceq_jobs (id, queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
-		lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key)
-		VALUES (CASE WHEN $21 THEN nextval('fenceq_job_id') ELSE $20 END, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key,
+		schedule, scheduled_for, backfilled)
+		VALUES (CASE WHEN $21 THEN nextval('fenceq_job_id') ELSE $20 END, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+		  $22, $23, $24)
 		ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id`,
 		r.Queue, []byte(r.Kind), nullBytes(r.Payload), r.Priority, string(r.State), int64(r.Attempts), int64(r.MaxAttempts), int64(r.Budget), []byte(r.ClaimedBy),
-		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID), newID).Scan(&id)
+		r.LeaseExpiresAt, r.RunAt, r.CreatedAt, r.UpdatedAt, r.CompletedAt, []byte(r.LastError), errs, nullBytes(r.Result), nullBytes(r.Attestation), idem, int64(r.ID), newID,
+		sched, schedFor, r.Backfilled).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -85,6 +99,18 @@ func insertJob(w *writer, r *db.JobRecord, newID bool) (uint64, bool, error) {
 		return 0, false, err
 	}
 	return uint64(id), true, nil
+}
+
+// scheduleColumns are a job's schedule and scheduled_for columns: NULL
+// for a job no schedule enqueued (as every job of an earlier release).
+func scheduleColumns(r *db.JobRecord) (sched *string, schedFor *int64) {
+	if r.Schedule != "" {
+		sched = &r.Schedule
+	}
+	if r.ScheduledFor != 0 {
+		schedFor = &r.ScheduledFor
+	}
+	return sched, schedFor
 }
 
 // putJob writes rec over old (the same id) in the batch's view, written
@@ -583,5 +609,5 @@ func (s *Store) Check() error {
 	if headSeq != maxSeq {
 		return fmt.Errorf("db: postgres: the audit head is %d, the newest link %d", headSeq, maxSeq)
 	}
-	return nil
+	return checkSchedules(ctx, s.pool)
 }

@@ -359,7 +359,10 @@ func (v *batchView) flushJobs(b *pgx.Batch) (updates, inserts int, err error) {
 		lease, runAt, created, updated, completed := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		queues, states := make([]string, n), make([]string, n)
 		kind, payload, claimedBy, lastError, errs, result, att, idem := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		scheds, schedFors, backfilled := make([]*string, n), make([]*int64, n), make([]bool, n)
 		for i, r := range in {
+			scheds[i], schedFors[i] = scheduleColumns(r)
+			backfilled[i] = r.Backfilled
 			if errs[i], err = encodeErrors(r.Errors); err != nil {
 				return 0, 0, err
 			}
@@ -372,12 +375,13 @@ func (v *batchView) flushJobs(b *pgx.Batch) (updates, inserts int, err error) {
 			}
 		}
 		b.Queue(`INSERT INTO fenceq_jobs (id, queue, kind, payload, priority, state, attempts, max_attempts, budget, claimed_by,
-			lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key)
+			lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key,
+			schedule, scheduled_for, backfilled)
 			SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[], $9::bigint[],
 			  $10::bytea[], $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bytea[], $17::bytea[], $18::bytea[],
-			  $19::bytea[], $20::bytea[])`,
+			  $19::bytea[], $20::bytea[], $21::text[], $22::bigint[], $23::boolean[])`,
 			ids, queues, kind, payload, prio, states, attempts, maxAttempts, budget, claimedBy, lease, runAt, created, updated, completed,
-			lastError, errs, result, att, idem)
+			lastError, errs, result, att, idem, scheds, schedFors, backfilled)
 	}
 	return len(up), len(in), nil
 }

@@ -1,7 +1,7 @@
 package cli
 
 // The client commands: enqueue, get, list, cancel, retry, stats, lease,
-// queue (queue.go), audit verify, backup and job check. Each is one call[T] (below): flags, then the
+// queue (queue.go), schedule (schedule.go), audit verify, backup and job check. Each is one call[T] (below): flags, then the
 // client, then a bounded call, then the result printed for people or, with
 // --json, the server's JSON for scripts. The server and token come from
 // --server/--token or FENCEQ_SERVER/FENCEQ_TOKEN. Exit status: 0 done, 1
@@ -65,11 +65,12 @@ func isHelp(arg string) bool { return arg == "--help" || arg == "-help" || arg =
 // groups are the commands whose first argument is an action ("lease
 // acquire"), with what the group is for; their actions are in commands.
 var groups = map[string]string{
-	"lease": "Named leases: an exclusive hold on any resource, with a fencing token (docs/leases.md).",
-	"queue": "Pause, resume and list queues.",
-	"audit": "The audit chain: verify it, or archive its old records.",
-	"token": "Bearer tokens for --auth-file.",
-	"job":   "What a running job's own command can ask (fenceq worker --exec sets its environment).",
+	"lease":    "Named leases: an exclusive hold on any resource, with a fencing token (docs/leases.md).",
+	"queue":    "Pause, resume and list queues.",
+	"schedule": "Periodic jobs: one job per tick of a cron expression or an interval, across replicas (docs/schedules.md).",
+	"audit":    "The audit chain: verify it, or archive its old records.",
+	"token":    "Bearer tokens for --auth-file.",
+	"job":      "What a running job's own command can ask (fenceq worker --exec sets its environment).",
 }
 
 // groupHelp is "fenceq GROUP --help": the group's actions and their synopses.
@@ -133,10 +134,18 @@ var commands = map[string]command{
 	"queue pause":   queuePauseCmd("pause"),
 	"queue resume":  queuePauseCmd("resume"),
 	"queue list":    queueListCmd,
-	"audit verify":  auditVerifyCmd,
-	"audit archive": auditArchiveCmd,
-	"backup":        backupCmd,
-	"job check":     jobCheckCmd,
+	// Periodic jobs (schedule.go).
+	"schedule put":     schedulePutCmd,
+	"schedule list":    scheduleListCmd,
+	"schedule get":     scheduleGetCmd,
+	"schedule delete":  scheduleActionCmd("delete"),
+	"schedule pause":   scheduleActionCmd("pause"),
+	"schedule resume":  scheduleActionCmd("resume"),
+	"schedule trigger": scheduleTriggerCmd,
+	"audit verify":     auditVerifyCmd,
+	"audit archive":    auditArchiveCmd,
+	"backup":           backupCmd,
+	"job check":        jobCheckCmd,
 	"worker": funcCommand{workerSynopsis, func(ctx context.Context, e Env, args []string) error {
 		return workerCommand(ctx, args, e.Stdout, e.Stderr)
 	}},
@@ -465,6 +474,14 @@ func printJob(w io.Writer, j client.Job) {
 		row("completed", when(j.CompletedAt))
 	}
 	row("idempotency key", j.IdempotencyKey)
+	if j.Schedule != "" {
+		tick := j.ScheduledFor.UTC().Format(time.RFC3339Nano)
+		if j.Backfilled {
+			tick += " (backfilled: a missed tick caught up)"
+		}
+		row("schedule", j.Schedule)
+		row("scheduled for", tick)
+	}
 	row("payload", string(j.Payload))
 	row("result", string(j.Result))
 	row("attestation", string(j.Attestation))

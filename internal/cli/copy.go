@@ -35,7 +35,7 @@ func Copy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "copied %d jobs, %d leases and %d audit records (%d queues paused) from %s to %s; the audit chain verifies there (head %d %s)\n",
-		rep.Jobs, rep.Leases, rep.AuditLinks, rep.Pauses, *from, engine.Display(*to), rep.Audit.HeadSeq, rep.Audit.HeadHash)
+	fmt.Fprintf(stdout, "copied %d jobs, %d leases and %d audit records (%d queues paused), %d schedules (%d tick records) from %s to %s; the audit chain verifies there (head %d %s)\n",
+		rep.Jobs, rep.Leases, rep.AuditLinks, rep.Pauses, rep.Schedules, rep.ScheduleTicks, *from, engine.Display(*to), rep.Audit.HeadSeq, rep.Audit.HeadHash)
 	return nil
 }

@@ -29,7 +29,7 @@ func TestMigrate_ABboltFileDryRunChangesNothingThenUpgrades(t *testing.T) {
 	if err := engine.Migrate(context.Background(), path, true, &out); err != nil {
 		t.Fatalf("Migrate(dry run) = %v", err)
 	}
-	for _, want := range []string{"schema version 1, this build's 6", "would apply upgrade 1 -> 2: fill idx_dead", "would apply upgrade 4 -> 5: fill idx_scheduled_queue", "would apply upgrade 5 -> 6"} {
+	for _, want := range []string{"schema version 1, this build's 7", "would apply upgrade 1 -> 2: fill idx_dead", "would apply upgrade 4 -> 5: fill idx_scheduled_queue", "would apply upgrade 5 -> 6", "would apply upgrade 6 -> 7: add the schedules"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("Migrate(dry run) printed\n%s\nwant a line with %q", out.String(), want)
 		}
@@ -41,7 +41,7 @@ func TestMigrate_ABboltFileDryRunChangesNothingThenUpgrades(t *testing.T) {
 	if err := engine.Migrate(context.Background(), path, false, &out); err != nil {
 		t.Fatalf("Migrate() = %v", err)
 	}
-	if !strings.Contains(out.String(), "applied upgrade 5 -> 6") || !strings.Contains(out.String(), "schema version now 6") {
+	if !strings.Contains(out.String(), "applied upgrade 6 -> 7") || !strings.Contains(out.String(), "schema version now 7") {
 		t.Errorf("Migrate() printed\n%s", out.String())
 	}
 	out.Reset()
@@ -75,7 +75,8 @@ func TestMigrate_APostgresDatabaseDryRunPrintsTheSQLAndChangesNothing(t *testing
 	if err := engine.Migrate(ctx, u, true, &out); err != nil {
 		t.Fatalf("Migrate(dry run) = %v", err)
 	}
-	for _, want := range []string{"schema version 0, this build's 5", "-- would apply migration 1: 0001_init.sql", "CREATE TABLE fenceq_jobs", "-- would apply migration 5: 0005_min_writer.sql", "ADD COLUMN min_writer"} {
+	for _, want := range []string{"schema version 0, this build's 6", "-- would apply migration 1: 0001_init.sql", "CREATE TABLE fenceq_jobs", "-- would apply migration 5: 0005_min_writer.sql", "ADD COLUMN min_writer",
+		"-- would apply migration 6: 0006_schedules.sql", "CREATE TABLE fenceq_schedules", "ADD COLUMN backfilled"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("Migrate(dry run) printed\n%s\nwant %q", out.String(), want)
 		}
@@ -87,7 +88,7 @@ func TestMigrate_APostgresDatabaseDryRunPrintsTheSQLAndChangesNothing(t *testing
 	if err := engine.Migrate(ctx, u, false, &out); err != nil {
 		t.Fatalf("Migrate() = %v", err)
 	}
-	if !strings.Contains(out.String(), "schema version now 5") || tables() == 0 {
+	if !strings.Contains(out.String(), "schema version now 6") || tables() == 0 {
 		t.Errorf("Migrate() printed\n%s\nand left %d tables", out.String(), tables())
 	}
 	out.Reset()

@@ -437,6 +437,18 @@
       td({}, !l.expires_at ? el('span', {class: 'muted', text: 'released'}) : timeEl(l.expires_at, 'left'))),
     'No named leases.');
 
+    const schedules = st.schedules || [];
+    document.getElementById('n-schedules').textContent = `(${schedules.length})`;
+    fillTable('schedules', schedules, (s) => el('tr', {'data-schedule': s.name, class: s.paused ? 'paused' : null},
+      td({class: 'mono', text: s.name}),
+      td({class: 'mono', text: s.cron ? `${s.cron} (${s.timezone})` : `every ${fmtDuration(s.every_ms)}`}),
+      td({}, s.paused ? el('span', {class: 'badge paused', title: `Paused by ${s.paused_by || 'unknown'} at ${fmtTime(s.paused_at)}: ticks are dropped until resumed`, text: 'paused'})
+        : (s.next_fire_at ? timeEl(s.next_fire_at, 'left') : el('span', {class: 'muted', text: 'none'}))),
+      td({}, s.last_job ? el('span', {}, jobLink(s.last_job.id), ` ${s.last_job.state || 'deleted'}`) : el('span', {class: 'muted', text: 'none yet'})),
+      td({class: 'num', text: s.missed_ticks}),
+      td({class: 'num', text: s.skipped_ticks})),
+    'No schedules.');
+
     if (st.audit) drawAudit(st.audit);
   }
 
@@ -468,8 +480,8 @@
       show('sec-queues', can.jobs); show('sec-throughput', can.jobs); show('sec-claimed', can.jobs);
       show('sec-scheduled', can.jobs); show('sec-dead', can.jobs); show('sec-zombies', can.jobs);
       show('sec-retrying', can.jobs); show('sec-workers', can.jobs);
-      show('sec-leases', can.leases); show('sec-audit', can.audit);
-      show('sec-none', !can.jobs && !can.leases && !can.audit);
+      show('sec-leases', can.leases); show('sec-audit', can.audit); show('sec-schedules', can.schedules);
+      show('sec-none', !can.jobs && !can.leases && !can.audit && !can.schedules);
       drawStatus(st, can);
     });
     refresher.now();

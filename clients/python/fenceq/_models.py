@@ -57,6 +57,15 @@ __all__ = [
     "RenewLeaseRequest",
     "RequiredFencingToken",
     "Role",
+    "Schedule",
+    "ScheduleCatchup",
+    "ScheduleJob",
+    "ScheduleLastJob",
+    "ScheduleList",
+    "ScheduleOverlap",
+    "ScheduleRequest",
+    "ScheduleRequestCatchup",
+    "ScheduleRequestOverlap",
     "StateCounts",
     "Stats",
     "StatsRefusalsItem",
@@ -91,6 +100,18 @@ RequiredFencingToken = int
 
 
 Role = Literal["producer", "worker", "admin"]
+
+
+ScheduleCatchup = Literal["none", "latest", "all"]
+
+
+ScheduleOverlap = Literal["allow", "skip"]
+
+
+ScheduleRequestCatchup = Literal["none", "latest", "all"]
+
+
+ScheduleRequestOverlap = Literal["allow", "skip"]
 
 
 ZombieOperation = Literal["heartbeat", "complete", "fail"]
@@ -297,6 +318,7 @@ class Job(TypedDict, total=False):
 
     attempts: Required[int]
     attestation: NotRequired[Any]
+    backfilled: NotRequired[bool]
     claimed_by: NotRequired[str]
     completed_at: NotRequired[str]
     created_at: Required[str]
@@ -313,6 +335,8 @@ class Job(TypedDict, total=False):
     queue: Required[QueueName]
     result: NotRequired[Any]
     run_at: Required[str]
+    schedule: NotRequired[str]
+    scheduled_for: NotRequired[str]
     state: Required[JobState]
     updated_at: Required[str]
 
@@ -371,6 +395,7 @@ class Permissions(TypedDict, total=False):
     leases: Required[bool]
     pause: Required[bool]
     retry: Required[bool]
+    schedules: Required[bool]
 
 
 class QueueCounts(TypedDict, total=False):
@@ -417,6 +442,67 @@ class RenewLeaseRequest(TypedDict, total=False):
     fencing_token: Required[RequiredFencingToken]
     holder: Required[str]
     ttl_ms: NotRequired[int]
+
+
+class Schedule(TypedDict, total=False):
+    catchup: Required[ScheduleCatchup]
+    catchup_window_ms: NotRequired[int]
+    created_at: Required[str]
+    created_by: NotRequired[str]
+    cron: NotRequired[str]
+    every_ms: NotRequired[int]
+    jitter_ms: NotRequired[int]
+    job: Required[ScheduleJob]
+    last_job: NotRequired[ScheduleLastJob]
+    missed_ticks: Required[int]
+    name: Required[str]
+    next_fire_at: NotRequired[str]
+    next_fires: Required[list[str]]
+    overlap: Required[ScheduleOverlap]
+    paused: Required[bool]
+    paused_at: NotRequired[str]
+    paused_by: NotRequired[str]
+    skipped_ticks: Required[int]
+    start_at: NotRequired[str]
+    timezone: Required[str]
+    updated_at: Required[str]
+
+
+class ScheduleJob(TypedDict, total=False):
+    "The job each tick enqueues"
+
+    kind: NotRequired[str]
+    max_attempts: NotRequired[int]
+    payload: NotRequired[Any]
+    priority: NotRequired[int]
+    queue: NotRequired[str]
+
+
+class ScheduleLastJob(TypedDict, total=False):
+    "The last job the schedule enqueued; absent before the first"
+
+    id: Required[int]
+    scheduled_for: Required[str]
+    state: NotRequired[JobState]
+
+
+class ScheduleList(TypedDict, total=False):
+    next: NotRequired[str]
+    schedules: Required[list[Schedule]]
+
+
+class ScheduleRequest(TypedDict, total=False):
+    "Exactly one of cron and every_ms"
+
+    catchup: NotRequired[ScheduleRequestCatchup]
+    catchup_window_ms: NotRequired[int]
+    cron: NotRequired[str]
+    every_ms: NotRequired[int]
+    jitter_ms: NotRequired[int]
+    job: Required[ScheduleJob]
+    overlap: NotRequired[ScheduleRequestOverlap]
+    start_at: NotRequired[str]
+    timezone: NotRequired[str]
 
 
 class StateCounts(TypedDict, total=False):
@@ -511,6 +597,7 @@ class Status(Whoami, total=False):
     queues: NotRequired[list[QueueCounts]]
     retrying: NotRequired[StatusJobList]
     scheduled: NotRequired[StatusJobList]
+    schedules: NotRequired[list[Schedule]]
     throughput: NotRequired[list[ThroughputBucket]]
     workers: NotRequired[list[Worker]]
     zombies: NotRequired[list[Zombie]]
@@ -528,12 +615,14 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "claim": ("POST", "/v1/claim"),
     "complete": ("POST", "/v1/jobs/{id}/complete"),
     "completeBatch": ("POST", "/v1/jobs/complete"),
+    "deleteSchedule": ("DELETE", "/v1/schedules/{name}"),
     "enqueue": ("POST", "/v1/jobs"),
     "fail": ("POST", "/v1/jobs/{id}/fail"),
     "failBatch": ("POST", "/v1/jobs/fail"),
     "favicon": ("GET", "/favicon.ico"),
     "getJob": ("GET", "/v1/jobs/{id}"),
     "getLease": ("GET", "/v1/leases/{name}"),
+    "getSchedule": ("GET", "/v1/schedules/{name}"),
     "healthz": ("GET", "/healthz"),
     "heartbeat": ("POST", "/v1/jobs/{id}/heartbeat"),
     "heartbeatBatch": ("POST", "/v1/jobs/heartbeat"),
@@ -543,19 +632,24 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "listAudit": ("GET", "/v1/audit"),
     "listJobs": ("GET", "/v1/jobs"),
     "listLeases": ("GET", "/v1/leases"),
+    "listSchedules": ("GET", "/v1/schedules"),
     "metrics": ("GET", "/metrics"),
     "openapi": ("GET", "/openapi.json"),
     "pauseQueue": ("POST", "/v1/queues/{queue}/pause"),
+    "pauseSchedule": ("POST", "/v1/schedules/{name}/pause"),
+    "putSchedule": ("PUT", "/v1/schedules/{name}"),
     "queues": ("GET", "/v1/queues"),
     "readyz": ("GET", "/readyz"),
     "releaseLease": ("POST", "/v1/leases/{name}/release"),
     "removeArchivedAudit": ("POST", "/v1/audit/archive/remove"),
     "renewLease": ("POST", "/v1/leases/{name}/renew"),
     "resumeQueue": ("POST", "/v1/queues/{queue}/resume"),
+    "resumeSchedule": ("POST", "/v1/schedules/{name}/resume"),
     "retry": ("POST", "/v1/jobs/{id}/retry"),
     "stats": ("GET", "/v1/stats"),
     "status": ("GET", "/v1/status"),
     "statusPage": ("GET", "/"),
+    "triggerSchedule": ("POST", "/v1/schedules/{name}/trigger"),
     "verifyAudit": ("GET", "/v1/audit/verify"),
     "whoami": ("GET", "/v1/whoami"),
 }
