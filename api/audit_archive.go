@@ -47,9 +47,7 @@ func (s *Server) archiveAudit(c echo.Context) error {
 	res := c.Response()
 	w := &backupWriter{res: res, rc: http.NewResponseController(res), stall: s.cfg.StallTimeout, contentType: "application/x-ndjson",
 		name: "fenceq-audit-" + cut.UTC().Format("20060102T150405Z") + ".jsonl"}
-	if c.Request().Method == http.MethodHead {
-		return w.headOnly(c.Request().Context(), s.store.Ping)
-	}
+	w.head = c.Request().Method == http.MethodHead
 	// A streamed download (streamed in server.go): no deadline as a whole,
 	// each write bounded by the stall timeout.
 	// The checkpoint and the records come from one snapshot of the log
@@ -66,6 +64,9 @@ func (s *Server) archiveAudit(c echo.Context) error {
 		func(r db.AuditRecord) error { return aw.Add(r) })
 	if err == nil {
 		err = aw.Close()
+	}
+	if w.headDone(err) {
+		return nil
 	}
 	if err == nil {
 		s.log.Info("audit archive", "principal", principalOf(c), "records", aw.Records(), "through_seq", aw.Last().Seq, "before", cut)

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -27,11 +26,9 @@ func (s *Server) backup(c echo.Context) error {
 	if !ok {
 		return &Error{http.StatusNotFound, "not_found", "this store cannot write a backup"}
 	}
-	if c.Request().Method == http.MethodHead {
-		return w.headOnly(c.Request().Context(), s.store.Ping)
-	}
+	w.head = c.Request().Method == http.MethodHead
 	n, err := b.Backup(c.Request().Context(), w)
-	if err == nil {
+	if err == nil || w.headDone(err) {
 		s.log.InfoContext(c.Request().Context(), "backup", "principal", principalOf(c), "bytes", n)
 		return nil
 	}
@@ -56,19 +53,18 @@ type backupWriter struct {
 	contentType string // default application/octet-stream
 	stall       time.Duration
 	started     bool
+	head        bool // a HEAD: send the headers at the first write, then stop the read (errHeadOnly)
 }
 
-// headOnly answers a HEAD of a streamed download with the headers GET
-// would send, after a read of the store (Ping) tells that GET could
-// start, without reading the snapshot: a monitor's HEAD must not cost a
-// whole file.
-func (w *backupWriter) headOnly(ctx context.Context, ping func(context.Context) error) error {
-	if err := ping(ctx); err != nil {
-		return err
-	}
-	_, err := w.Write(nil)
-	return err
-}
+// errHeadOnly ends the read of a HEAD's download at its first write: the
+// headers GET would send are out, and the store, which got as far as
+// writing (so GET would have answered 200), reads no more of its snapshot.
+var errHeadOnly = errors.New("api: HEAD: the headers are sent")
+
+// headDone reports whether a HEAD's read ended at its first write (the
+// store may wrap errHeadOnly without %w, as bbolt does: w knows it sent
+// it).
+func (w *backupWriter) headDone(err error) bool { return w.head && w.started && err != nil }
 
 // stallChunk is the most one deadline covers: a client that keeps
 // reading slowly moves it often enough, one that stops is found out
@@ -87,6 +83,9 @@ func (w *backupWriter) Write(p []byte) (int, error) {
 		h.Set(echo.HeaderContentDisposition, `attachment; filename="`+w.name+`"`)
 		h.Set("Cache-Control", "no-store")
 		w.res.WriteHeader(http.StatusOK)
+	}
+	if w.head {
+		return 0, errHeadOnly
 	}
 	n := 0
 	for len(p) > 0 {

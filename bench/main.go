@@ -30,19 +30,20 @@ import (
 )
 
 var (
-	pgURL    = flag.String("pg", "", "PostgreSQL URL where the harness may create and drop schemas (required)")
-	pgData   = flag.String("pgdata", "", "that server's data directory: its CPU is read from postmaster.pid's process and children (optional)")
-	binPath  = flag.String("fenceq", "", "the fenceq binary to run (go build -o /tmp/fenceq . at the repository's root)")
-	basePath = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base and pg1-base (before/after in one run)")
-	nJobs    = flag.Int("n", 20000, "jobs per phase")
-	rounds   = flag.Int("rounds", 3, "alternated rounds")
-	targets  = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order each round runs them")
-	latDur   = flag.Duration("lat-dur", 10*time.Second, "length of the offered-load phase")
-	latRate  = flag.Int("lat-rate", 500, "jobs/s offered in the latency phase")
-	workDir  = flag.String("dir", "", "directory for bbolt files (default: a temporary one)")
-	payload  = strings.Repeat("x", 100)
-	procs    = 16
-	phaseMax = 5 * time.Minute
+	pgURL       = flag.String("pg", "", "PostgreSQL URL where the harness may create and drop schemas (required)")
+	pgData      = flag.String("pgdata", "", "that server's data directory: its CPU is read from postmaster.pid's process and children (optional)")
+	binPath     = flag.String("fenceq", "", "the fenceq binary to run (go build -o /tmp/fenceq . at the repository's root)")
+	basePath    = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base and pg1-base (before/after in one run)")
+	nJobs       = flag.Int("n", 20000, "jobs per phase")
+	rounds      = flag.Int("rounds", 3, "alternated rounds")
+	targets     = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order each round runs them")
+	latDur      = flag.Duration("lat-dur", 10*time.Second, "length of the offered-load phase")
+	latRate     = flag.Int("lat-rate", 500, "jobs/s offered in the latency phase")
+	latConsumer = flag.String("lat-consumer", "worker", "fenceq's consumer in the latency phase: worker (the Go Worker, 4 handlers) or calls (4 loops of claim and complete-and-claim calls)")
+	workDir     = flag.String("dir", "", "directory for bbolt files (default: a temporary one)")
+	payload     = strings.Repeat("x", 100)
+	procs       = 16
+	phaseMax    = 5 * time.Minute
 )
 
 // result is one target's figures in one round.
@@ -349,44 +350,11 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 			_, err := c.Enqueue(ctx, client.NewJob{Queue: "l", Payload: map[string]int64{"due": due}})
 			return err
 		}, func(stop <-chan struct{}, got func(due int64)) {
-			var wg sync.WaitGroup
-			for w := range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					// A blocking claim when it holds nothing; the next job
-					// with each completion (claim_next), as client.Worker does.
-					p := client.ClaimParams{Worker: fmt.Sprint("l", w), Queues: []string{"l"}, Lease: time.Minute, Wait: time.Second}
-					var held []client.Job
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						if len(held) == 0 {
-							j, ok, err := c.Claim(ctx, p)
-							if err != nil || !ok {
-								continue
-							}
-							held = []client.Job{j}
-						}
-						j := held[0]
-						var body struct{ Due int64 }
-						if err := jsonUnmarshal(j.Payload, &body); err == nil {
-							got(body.Due)
-						}
-						_, next, err := c.CompleteAndClaim(ctx, j.ID, client.CompleteParams{Worker: p.Worker, FencingToken: j.FencingToken},
-							client.ClaimNext{Queues: p.Queues, Lease: p.Lease})
-						if err != nil {
-							next = nil
-						}
-						held = next
-					}
-				}()
+			if *latConsumer == "calls" {
+				consumeByCalls(ctx, c, stop, got)
+				return
 			}
-			<-stop
-			wg.Wait()
+			consumeByWorker(ctx, c, stop, got)
 		})
 		if err != nil {
 			return nil, err
@@ -697,4 +665,72 @@ func report(names []string, all map[string][]result) {
 			fmt.Printf("%-58s p50 %.1f ms, p99 %.1f ms\n", t+": enqueue->claim at "+strconv.Itoa(*latRate)+" jobs/s offered", p50, p99)
 		}
 	}
+}
+
+// consumeByCalls is the latency phase's consumer as issue 24 first measured
+// it: 4 loops, each holding one job, a blocking claim when it holds none
+// and the next job with each completion (claim_next).
+func consumeByCalls(ctx context.Context, c *client.Client, stop <-chan struct{}, got func(due int64)) {
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A blocking claim when it holds nothing; the next job
+			// with each completion (claim_next), as client.Worker does.
+			p := client.ClaimParams{Worker: fmt.Sprint("l", w), Queues: []string{"l"}, Lease: time.Minute, Wait: time.Second}
+			var held []client.Job
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if len(held) == 0 {
+					j, ok, err := c.Claim(ctx, p)
+					if err != nil || !ok {
+						continue
+					}
+					held = []client.Job{j}
+				}
+				j := held[0]
+				var body struct{ Due int64 }
+				if err := jsonUnmarshal(j.Payload, &body); err == nil {
+					got(body.Due)
+				}
+				_, next, err := c.CompleteAndClaim(ctx, j.ID, client.CompleteParams{Worker: p.Worker, FencingToken: j.FencingToken},
+					client.ClaimNext{Queues: p.Queues, Lease: p.Lease})
+				if err != nil {
+					next = nil
+				}
+				held = next
+			}
+		}()
+	}
+	<-stop
+	wg.Wait()
+}
+
+// consumeByWorker is the Go Worker with 4 handlers, as River's client has
+// 4 workers: it long-polls for its free handlers and sends the completions
+// of jobs that finish together in one call, with the next claim.
+func consumeByWorker(ctx context.Context, c *client.Client, stop <-chan struct{}, got func(due int64)) {
+	w, err := client.NewWorker(c, func(ctx context.Context, j client.Job) (any, any, error) {
+		var body struct{ Due int64 }
+		if err := jsonUnmarshal(j.Payload, &body); err == nil {
+			got(body.Due)
+		}
+		return nil, nil, nil
+	}, client.WorkerConfig{Name: "l", Queues: []string{"l"}, Concurrency: 4, Lease: time.Minute, Wait: time.Second})
+	if err != nil {
+		log.Printf("latency worker: %v", err)
+		<-stop
+		return
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); _ = w.Run(wctx) }()
+	<-stop
+	cancel()
+	<-ran
 }
