@@ -164,3 +164,42 @@ test("a refused claim stops the worker with a clear error; an unreachable server
   await assert.rejects(w.run(), (e: unknown) => e instanceof APIError && e.status === 400 && e.code === "invalid_argument");
   await assert.rejects(new Client("http://127.0.0.1:9").getJob(1), (e: unknown) => e instanceof TransportError && /127\.0\.0\.1:9/.test(e.message));
 });
+
+/** Requests per route (all statuses) from the server's /metrics. */
+async function routeCounts(): Promise<Map<string, number>> {
+  const text = await (await fetch(base + "/metrics")).text();
+  const counts = new Map<string, number>();
+  for (const m of text.matchAll(/^fenceq_http_request_duration_seconds_count\{.*route="([^"]*)".*\} (\S+)$/gm)) {
+    counts.set(m[1]!, (counts.get(m[1]!) ?? 0) + Number(m[2]));
+  }
+  return counts;
+}
+
+test("completions go out in batches that claim the next jobs", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const ids = new Set<number>();
+  for (let i = 0; i < 60; i++) ids.add((await c.enqueue({ queue: q, payload: i })).id);
+  const before = await routeCounts();
+  const dones: Done[] = [];
+  const w: Worker = new Worker(c, async (job) => job.payload, {
+    queues: [q], concurrency: 8, leaseMs: 5000, waitMs: 1000,
+    onDone: (d) => { dones.push(d); if (dones.length === 60) w.stop(); },
+  });
+  await w.run();
+  assert.deepEqual(new Set(dones.map((d) => d.job.id)), ids);
+  assert.ok(dones.every((d) => d.outcome === "completed"));
+  const after = await routeCounts();
+  const delta = (route: string) => (after.get(route) ?? 0) - (before.get(route) ?? 0);
+  // No completion went out alone; fewer batches and claims than jobs:
+  // claim_next took the next jobs with the completions.
+  assert.equal(delta("/v1/jobs/:id/complete"), 0);
+  assert.ok(delta("/v1/jobs/complete") > 0 && delta("/v1/jobs/complete") < 60, `${delta("/v1/jobs/complete")} batches`);
+  assert.ok(delta("/v1/claim") < 60, `${delta("/v1/claim")} claims`);
+  for (const id of ids) assert.equal((await c.getJob(id)).state, "completed");
+});
+
+test("a worker whose server never answers stops naming the URL", async () => {
+  const w = new Worker(new Client("http://127.0.0.1:9"), async () => null, { startTimeoutMs: 500, waitMs: 1000 });
+  await assert.rejects(w.run(), (e: unknown) => e instanceof TransportError && /http:\/\/127\.0\.0\.1:9/.test(e.message));
+});
