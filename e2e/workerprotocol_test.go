@@ -420,7 +420,6 @@ func (rw *runningWorker) snapshot() []map[string]any {
 	return append([]map[string]any(nil), rw.events...)
 }
 
-
 func getJob(t *testing.T, base string, id float64) map[string]any {
 	t.Helper()
 	status, job := call(t, "GET", fmt.Sprintf("%s/v1/jobs/%d", base, int64(id)), "")
@@ -908,24 +907,45 @@ func docBlock(t *testing.T, page, marker string) string {
 	return block + "\n"
 }
 
-func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T) {
+// TestClientsDocs_TheWorkerExamplesCompleteAJobAndDrainOnSIGTERM runs the
+// ten-line workers of docs/clients.md as they are printed: each completes
+// a job with the token it was handed, then drains and exits 0 on SIGTERM.
+func TestClientsDocs_TheWorkerExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T) {
 	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "docs.db"), "--listen", "127.0.0.1:0")
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, pw := range protocolWorkers(t) {
-		if pw.name != "python" && pw.name != "typescript" {
-			continue // the Go Worker's example is api/client's Example tests; --exec's is in leases.md
+		if pw.name == "exec" {
+			continue // fenceq worker --exec's example runs in leases.md's walkthrough
 		}
 		t.Run(pw.name, func(t *testing.T) {
 			probe := pw.command(t) // skips or fails as the suite does when the language is missing
 			dir := t.TempDir()
 			var cmd *exec.Cmd
 			switch pw.name {
+			case "go":
+				// Built inside the module, as a program of the user's module would be against its go.mod.
+				src, err := os.MkdirTemp(root, "_docgo-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(src) })
+				if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(docBlock(t, "clients.md", "<!-- test: go-worker -->")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				bin := filepath.Join(dir, "worker")
+				build := exec.Command("go", "build", "-o", bin, "./"+filepath.Base(src))
+				build.Dir = root
+				if out, err := build.CombinedOutput(); err != nil {
+					t.Fatalf("go build of the Go example: %v\n%s", err, out)
+				}
+				cmd = exec.Command(bin)
+				cmd.Env = cleanEnv()
 			case "python":
 				file := filepath.Join(dir, "worker.py")
-				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: python-worker -->")), 0o644); err != nil {
+				if err := os.WriteFile(file, []byte(docBlock(t, "clients.md", "<!-- test: python-worker -->")), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cmd = exec.Command(probe.Path, "-u", file)
@@ -939,7 +959,7 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 					t.Fatal(err)
 				}
 				file := filepath.Join(dir, "worker.mjs")
-				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: typescript-worker -->")), 0o644); err != nil {
+				if err := os.WriteFile(file, []byte(docBlock(t, "clients.md", "<!-- test: typescript-worker -->")), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cmd = exec.Command(probe.Path, file)
@@ -982,6 +1002,52 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 			}
 			if !strings.Contains(out.String(), "with token 1") {
 				t.Errorf("the example's output %q does not show the token it was handed", out)
+			}
+		})
+	}
+}
+
+// TestClientsDocs_TheInstallBlocksWorkPastedTwice runs docs/clients.md's
+// install blocks for Python and TypeScript twice, in bash, in a directory
+// holding the checkout's clients/ (Python's copied, as pip builds in the
+// source tree; TypeScript's linked, built by .ci/clients.sh), with
+// Debian's python3 first on the PATH. Each must print its last line.
+func TestClientsDocs_TheInstallBlocksWorkPastedTwice(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range protocolWorkers(t) {
+		var marker, want string
+		switch pw.name {
+		case "python":
+			marker, want = "<!-- test: python-install -->", "fenceq for Python installed"
+		case "typescript":
+			marker, want = "<!-- test: typescript-install -->", "fenceq for Node installed: function"
+		default:
+			continue
+		}
+		t.Run(pw.name, func(t *testing.T) {
+			pw.command(t) // skips or fails as the suite does when the language is missing
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "clients"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(root, "clients", "typescript"), filepath.Join(dir, "clients", "typescript")); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("cp", "-r", filepath.Join(root, "clients", "python"), filepath.Join(dir, "clients", "python")).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v %s", err, out)
+			}
+			block := docBlock(t, "clients.md", marker)
+			for paste := 1; paste <= 2; paste++ {
+				cmd := exec.Command("bash", "-e", "-c", block)
+				cmd.Dir = dir
+				cmd.Env = append(cleanEnv(), "PATH=/usr/bin:"+os.Getenv("PATH"))
+				out, err := cmd.CombinedOutput()
+				if err != nil || !strings.Contains(string(out), want) {
+					t.Fatalf("paste %d of docs/clients.md's %s block: %v, want %q in its output:\n%s", paste, pw.name, err, want, out)
+				}
 			}
 		})
 	}
