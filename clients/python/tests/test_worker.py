@@ -362,3 +362,35 @@ def test_a_worker_whose_server_never_answers_stops_naming_the_url() -> None:
             await w.run()
         assert time.monotonic() - t0 < 10
     run(main())
+
+
+def test_a_refused_item_of_a_batched_completion_is_lost_and_the_others_complete(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        a = await c.enqueue({"queue": "items", "payload": "a"})
+        b = await c.enqueue({"queue": "items", "payload": "b"})
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def handler(ctx: JobContext) -> Any:
+            started.append(ctx.id)
+            await release.wait()
+            return ctx.payload
+
+        stop = StopAfter(2)
+        # A 30 s lease: no heartbeat comes before the batch, so only the
+        # completion can find job a's claim gone.
+        w = Worker(c, handler, queues=["items"], concurrency=2, lease=30, wait=1, on_done=stop)
+        stop.worker = w
+        run_task = asyncio.create_task(w.run())
+        while len(started) < 2:
+            await asyncio.sleep(0.01)
+        await c.call("cancel", id=a["id"])
+        release.set()  # both return at once: one batch
+        await run_task
+        outcomes = {d.job["id"]: d.outcome for d in stop.dones}
+        assert outcomes == {a["id"]: "lost", b["id"]: "completed"}, outcomes
+        ja, jb = await c.get_job(a["id"]), await c.get_job(b["id"])
+        assert ja["state"] == "cancelled" and ja.get("result") is None, ja
+        assert jb["state"] == "completed" and jb.get("result") == "b", jb
+    run(main())

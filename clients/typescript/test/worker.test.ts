@@ -203,3 +203,33 @@ test("a worker whose server never answers stops naming the URL", async () => {
   const w = new Worker(new Client("http://127.0.0.1:9"), async () => null, { startTimeoutMs: 500, waitMs: 1000 });
   await assert.rejects(w.run(), (e: unknown) => e instanceof TransportError && /http:\/\/127\.0\.0\.1:9/.test(e.message));
 });
+
+test("a refused item of a batched completion is lost and the others complete", async () => {
+  const c = new Client(base);
+  const q = queue();
+  const a = await c.enqueue({ queue: q, payload: "a" });
+  const b = await c.enqueue({ queue: q, payload: "b" });
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let started = 0;
+  const dones: Done[] = [];
+  // A 30 s lease: no heartbeat comes before the batch, so only the
+  // completion can find job a's claim gone.
+  const w: Worker = new Worker(c, async (job) => { started++; await released; return job.payload; }, {
+    queues: [q], concurrency: 2, leaseMs: 30000, waitMs: 1000,
+    onDone: (d) => { dones.push(d); if (dones.length === 2) w.stop(); },
+  });
+  const run = w.run();
+  while (started < 2) await new Promise((r) => setTimeout(r, 10));
+  await c.cancel(a.id);
+  release(); // both return at once: one batch
+  await run;
+  const outcomes = Object.fromEntries(dones.map((d) => [d.job.id, d.outcome]));
+  assert.deepEqual(outcomes, { [a.id]: "lost", [b.id]: "completed" });
+  const ja = await c.getJob(a.id);
+  assert.equal(ja.state, "cancelled");
+  assert.equal(ja.result, undefined);
+  const jb = await c.getJob(b.id);
+  assert.equal(jb.state, "completed");
+  assert.equal(jb.result, "b");
+});
