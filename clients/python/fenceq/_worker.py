@@ -164,6 +164,7 @@ class Worker:
         self._pending: list[_Outcome] = []
         self._handlers: dict[int, tuple[JobContext, asyncio.Future[Any]]] = {}
         self._hard_stop = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         """Stop claiming; run() lets in-flight jobs finish (drain_timeout),
@@ -199,7 +200,9 @@ class Worker:
     def _start(self, jobs: list[Job]) -> None:
         for job in jobs:
             self._busy += 1
-            asyncio.create_task(self._run_job(job))
+            task = asyncio.create_task(self._run_job(job))
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
 
     async def _loop(self) -> None:
         """One task owns the worker's state: one long-poll claim at a time
