@@ -99,8 +99,15 @@ export class Client {
     body?: unknown,
     opts: { timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<{ status: number; body: unknown }> {
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.timeoutMs);
-    const signal = opts.signal ? AbortSignal.any([timeout, opts.signal]) : timeout;
+    // One controller per call for the timeout and the caller's signal: not
+    // AbortSignal.any, whose signals a long-lived source (the worker's
+    // stop) keeps alive.
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new DOMException("the call timed out", "TimeoutError")), opts.timeoutMs ?? this.timeoutMs);
+    const onAbort = () => ctl.abort(opts.signal?.reason);
+    if (opts.signal?.aborted) onAbort();
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    const signal = ctl.signal;
     const headers = { ...this.headers };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res: Response;
@@ -118,6 +125,9 @@ export class Client {
       throw new TransportError(`fenceq: ${operation}: cannot reach ${this.baseUrl}: ${String((e as Error).cause ?? e)}`, {
         cause: e,
       });
+    } finally {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
     }
     let decoded: unknown = undefined;
     if (text) {
@@ -287,7 +297,8 @@ export class Worker {
   private readonly waitMs: number;
   private readonly drainTimeoutMs: number;
   private readonly stopping = new AbortController();
-  private readonly hardStop = new AbortController();
+  private hardStopped = false;
+  private readonly jobAborts = new Set<AbortController>(); // the running handlers' signals
   private fatal: unknown = undefined;
   private busy = 0; // handlers running
   private asked = 0; // jobs asked for by calls in flight
@@ -419,12 +430,13 @@ export class Worker {
         });
       }
       if (stopping && this.busy === 0 && !claim && !finish && this.pending.length === 0) return;
-      if (drainUntil !== undefined && now >= drainUntil && !this.hardStop.signal.aborted && this.busy > 0) {
-        this.hardStop.abort(new Error("fenceq: worker stopped before the job finished"));
+      if (drainUntil !== undefined && now >= drainUntil && !this.hardStopped && this.busy > 0) {
+        this.hardStopped = true;
+        for (const a of this.jobAborts) a.abort(new Error("fenceq: worker stopped before the job finished"));
       }
       let wait: number | undefined;
       if (retryAt > now && !stopping) wait = retryAt - now;
-      if (drainUntil !== undefined && !this.hardStop.signal.aborted) wait = Math.max(0, Math.min(wait ?? Infinity, drainUntil - now));
+      if (drainUntil !== undefined && !this.hardStopped) wait = Math.max(0, Math.min(wait ?? Infinity, drainUntil - now));
       await new Promise<void>((resolve) => {
         const t = wait === undefined ? undefined : setTimeout(resolve, wait);
         this.wakeUp = () => {
@@ -439,23 +451,32 @@ export class Worker {
   /** Runs the handler with heartbeats: undefined when the claim was lost (reported here), else the outcome to send. */
   private async runJob(job: Job): Promise<Pending | undefined> {
     const token = job.fencing_token ?? job.attempts;
-    const lost = new AbortController();
-    const signal = AbortSignal.any([lost.signal, this.hardStop.signal]);
+    // The handler's signal: aborted with a ClaimLost when the claim is
+    // lost, or with an Error when the drain deadline passed.
+    const abort = new AbortController();
+    const signal = abort.signal;
+    let claimLost: ClaimLost | undefined;
+    const lose = (err: ClaimLost) => {
+      claimLost ??= err;
+      abort.abort(err);
+    };
+    this.jobAborts.add(abort);
+    if (this.hardStopped) abort.abort(new Error("fenceq: worker stopped before the job finished"));
     const ctx: JobContext = {
       id: job.id,
       token,
       worker: this.name,
       signal,
       check: async () => {
-        if (lost.signal.aborted || !(await this.client.check(job.id, token))) {
-          const err = new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
-          lost.abort(err);
+        if (claimLost || !(await this.client.check(job.id, token))) {
+          const err = claimLost ?? new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
+          lose(err);
           throw err;
         }
       },
     };
     const beatStop = new AbortController();
-    const beat = this.heartbeat(job.id, token, lost, beatStop.signal);
+    const beat = this.heartbeat(job.id, token, lose, beatStop.signal);
     let value: unknown;
     let err: unknown = undefined;
     let failed = false;
@@ -471,8 +492,9 @@ export class Worker {
     }
     beatStop.abort();
     await beat;
-    if (lost.signal.aborted || err instanceof ClaimLost) {
-      this.report({ job, outcome: "lost", error: lost.signal.reason ?? err });
+    this.jobAborts.delete(abort);
+    if (claimLost || err instanceof ClaimLost) {
+      this.report({ job, outcome: "lost", error: claimLost ?? err });
       return undefined;
     }
     if (!failed) {
@@ -483,7 +505,7 @@ export class Worker {
         failed = true;
       }
     }
-    return { job, token, value: value ?? null, err, failed, stopped: this.hardStop.signal.aborted };
+    return { job, token, value: value ?? null, err, failed, stopped: this.hardStopped };
   }
 
   /** Sends a batch of outcomes (completions with claim_next for claimMax jobs, then failures), reports each job, returns the jobs claim_next claimed. Never throws. */
@@ -604,7 +626,7 @@ export class Worker {
   }
 
   /** Every lease/3 until stop: a refusal, or a lease run out without an answer, aborts lost. */
-  private async heartbeat(id: number, token: number, lost: AbortController, stop: AbortSignal): Promise<void> {
+  private async heartbeat(id: number, token: number, lose: (err: ClaimLost) => void, stop: AbortSignal): Promise<void> {
     let expires = Date.now() + this.leaseMs;
     for (;;) {
       await sleep(this.leaseMs / 3, stop);
@@ -615,12 +637,12 @@ export class Worker {
         continue;
       } catch (e) {
         if (e instanceof APIError && !e.transient) {
-          lost.abort(new ClaimLost(`fenceq: job ${id}: heartbeat refused: ${e.message}`));
+          lose(new ClaimLost(`fenceq: job ${id}: heartbeat refused: ${e.message}`));
           return;
         }
       }
       if (Date.now() >= expires) {
-        lost.abort(new ClaimLost(`fenceq: job ${id}: the lease ran out without a heartbeat`));
+        lose(new ClaimLost(`fenceq: job ${id}: the lease ran out without a heartbeat`));
         return;
       }
     }

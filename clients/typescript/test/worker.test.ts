@@ -233,3 +233,31 @@ test("a refused item of a batched completion is lost and the others complete", a
   assert.equal(jb.state, "completed");
   assert.equal(jb.result, "b");
 });
+
+test("a worker keeps no memory per finished job", async () => {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  assert.ok(gc, "run with node --expose-gc (npm test does)");
+  const c = new Client(base);
+  const q = queue();
+  const n = 4000;
+  for (let i = 0; i < n; i += 1000) {
+    await c.call("enqueue", "POST", "/v1/jobs", Array.from({ length: Math.min(1000, n - i) }, (_, j) => ({ queue: q, payload: i + j })));
+  }
+  let done = 0;
+  const settle = async () => {
+    for (let i = 0; i < 3; i++) {
+      gc();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return process.memoryUsage().heapUsed;
+  };
+  const before = await settle();
+  const w: Worker = new Worker(c, async () => null, {
+    queues: [q], concurrency: 16, leaseMs: 30000, waitMs: 1000, onDone: () => { if (++done === n) w.stop(); },
+  });
+  await w.run();
+  const grown = (await settle()) - before;
+  // Each job's abort signal once stayed tied to the worker's stop signal
+  // (AbortSignal.any): 3 KiB a job, 13 MiB here.
+  assert.ok(grown < 4 << 20, `the heap grew ${Math.round(grown / 1024)} KiB over ${n} jobs`);
+});
