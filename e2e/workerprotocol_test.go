@@ -690,10 +690,13 @@ func wpCases(t *testing.T, pw protocolWorker, cfg wpConfig, srv *wpServer, token
 		pausedWorkerScenario(t, pw, srv, proxy, "wp-fence-"+pw.name)
 	})
 
-	t.Run("2 heartbeats keep a 1 s lease alive for a 3 s handler", func(t *testing.T) {
+	t.Run("2 heartbeats keep a 2 s lease alive for a 4 s handler", func(t *testing.T) {
+		// 2 s, not 1: four workers, their servers and the race-built
+		// test binary share the machine, and a heartbeat late by a
+		// lease loses the claim.
 		queue := "wp-beat-" + pw.name
-		rw := startProtocolWorker(t, pw, proxy, queue, name, 1000, env...)
-		id := srv.enqueueSleep(t, queue, 3000, "slow")
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 2000, env...)
+		id := srv.enqueueSleep(t, queue, 4000, "slow")
 		if d := rw.waitEvent(t, "done", id, 15*time.Second); d["outcome"] != "completed" {
 			t.Fatalf("outcome %v, want completed", d)
 		}
