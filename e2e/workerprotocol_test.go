@@ -731,7 +731,7 @@ func wpCases(t *testing.T, pw protocolWorker, cfg wpConfig, srv *wpServer, token
 
 	t.Run("4 SIGTERM drains the job in flight and exits 0", func(t *testing.T) {
 		queue := "wp-drain-" + pw.name
-		rw := startProtocolWorker(t, pw, proxy, queue, name, 1000, env...)
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 2000, env...)
 		id := srv.enqueueSleep(t, queue, 1500, "drained")
 		rw.waitEvent(t, "start", id, 10*time.Second)
 		if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
