@@ -263,33 +263,36 @@ class Worker:
             except TimeoutError:
                 pass
             wake.clear()
+            # Both calls may have ended in one wake-up: take each (no
+            # continue here, or the other's wake-up would be lost).
             if claim is not None and claim.done():
                 self._asked -= claim_n
                 done_claim, claim = claim, None
+                err = None if done_claim.cancelled() else done_claim.exception()
                 if done_claim.cancelled():
-                    continue
-                err = done_claim.exception()
-                if err is None:
+                    pass  # abandoned on stop
+                elif err is None:
                     answered = True
                     pause = 0.1
                     self._start(done_claim.result())  # even when stopping: they are claimed
-                    continue
-                answered = answered or isinstance(err, APIError)
-                if self._stopping.is_set():
-                    continue
-                if not answered and self.start_timeout is not None and time.monotonic() - began >= self.start_timeout:
-                    log.error("the server never answered; stopping: %s", err)
-                    self._fatal = TransportError(
-                        f"fenceq: worker: no answer from {self.client.base_url} within {self.start_timeout:g}s: {err}")
-                    self.stop()
-                elif isinstance(err, APIError) and not err.transient:
-                    log.error("claim refused; stopping: %s", err)
-                    self._fatal = err
-                    self.stop()
                 else:
-                    log.warning("claim failed; trying again in %.1fs: %s", pause, err)
-                    retry_at = time.monotonic() + pause
-                    pause = min(2 * pause, 5.0)
+                    answered = answered or isinstance(err, APIError)
+                    if self._stopping.is_set():
+                        pass
+                    elif not answered and self.start_timeout is not None and \
+                            time.monotonic() - began >= self.start_timeout:
+                        log.error("the server never answered; stopping: %s", err)
+                        self._fatal = TransportError(
+                            f"fenceq: worker: no answer from {self.client.base_url} within {self.start_timeout:g}s: {err}")
+                        self.stop()
+                    elif isinstance(err, APIError) and not err.transient:
+                        log.error("claim refused; stopping: %s", err)
+                        self._fatal = err
+                        self.stop()
+                    else:
+                        log.warning("claim failed; trying again in %.1fs: %s", pause, err)
+                        retry_at = time.monotonic() + pause
+                        pause = min(2 * pause, 5.0)
             if finish is not None and finish.done():
                 self._asked -= finish_n
                 done_finish, finish = finish, None
