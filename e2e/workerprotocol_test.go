@@ -14,9 +14,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -25,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +60,19 @@ func goProtocolWorkerMain() int {
 	if tok := os.Getenv("WP_TOKEN"); tok != "" {
 		opts = append(opts, client.WithToken(tok))
 	}
+	if ca := os.Getenv("WP_CA_FILE"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "go worker:", err)
+			return 1
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: tr}))
+	}
+	startMS, _ := strconv.Atoi(os.Getenv("WP_START_TIMEOUT_MS"))
 	c, err := client.New(os.Getenv("WP_URL"), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go worker:", err)
@@ -81,6 +103,7 @@ func goProtocolWorkerMain() int {
 	w, err := client.NewWorker(c, h, client.WorkerConfig{
 		Name: name, Queues: []string{os.Getenv("WP_QUEUE")}, Concurrency: 4,
 		Lease: time.Duration(leaseMS) * time.Millisecond, Wait: 5 * time.Second, DrainTimeout: 10 * time.Second,
+		StartTimeout: time.Duration(startMS) * time.Millisecond,
 		OnDone: func(d client.Done) {
 			event(map[string]any{"event": "done", "id": d.Job.ID, "outcome": string(d.Outcome)})
 		},
@@ -170,7 +193,7 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 		{"exec", func(t *testing.T) *exec.Cmd {
 			// exec: the process the suite stops and signals is the fenceq worker itself.
 			cmd := exec.Command("/bin/sh", "-c", `FENCEQ_TOKEN="$WP_TOKEN" exec "$WP_FENCEQ" worker --json --server "$WP_URL" --queue "$WP_QUEUE" --name "$WP_NAME" `+
-				`--lease "${WP_LEASE_MS}ms" --concurrency 4 --drain-timeout 10s --exec "sh '$WP_HANDLER'"`)
+				`--lease "${WP_LEASE_MS}ms" --concurrency 4 --drain-timeout 10s --start-timeout "${WP_START_TIMEOUT_MS:-0}ms" --exec "sh '$WP_HANDLER'"`)
 			cmd.Env = append(cleanEnv(), "WP_FENCEQ="+fenceqBin, "WP_HANDLER="+filepath.Join(root, "e2e", "testdata", "workers", "exec-handler.sh"))
 			return cmd
 		}, true},
@@ -185,7 +208,7 @@ type faultProxy struct {
 	refused map[string]int
 }
 
-func startFaultProxy(t *testing.T, upstream string) (*faultProxy, string) {
+func startFaultProxy(t *testing.T, upstream string, tc *wpTLS) (*faultProxy, string) {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +216,9 @@ func startFaultProxy(t *testing.T, upstream string) (*faultProxy, string) {
 	fp := &faultProxy{refused: map[string]int{}}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
+	if tc != nil {
+		rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.pool}}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -209,9 +235,15 @@ func startFaultProxy(t *testing.T, upstream string) (*faultProxy, string) {
 		}
 		rp.ServeHTTP(w, r)
 	})}
-	go srv.Serve(ln)
+	scheme := "http"
+	if tc != nil {
+		scheme = "https"
+		go srv.ServeTLS(ln, tc.cert, tc.key)
+	} else {
+		go srv.Serve(ln)
+	}
 	t.Cleanup(func() { srv.Close() })
-	return fp, "http://" + ln.Addr().String()
+	return fp, scheme + "://" + ln.Addr().String()
 }
 
 func (fp *faultProxy) refusedCount(suffix string) int {
@@ -369,18 +401,23 @@ func (rw *runningWorker) find(kind string, id float64) map[string]any {
 	return nil
 }
 
+// all returns the events of kind so far.
+func (rw *runningWorker) all(kind string) []map[string]any {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	var out []map[string]any
+	for _, ev := range rw.events {
+		if ev["event"] == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 func (rw *runningWorker) snapshot() []map[string]any {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return append([]map[string]any(nil), rw.events...)
-}
-
-// enqueueSleep enqueues one job that sleeps ms and returns its id.
-func enqueueSleep(t *testing.T, base, queue string, ms int, result string) float64 {
-	t.Helper()
-	status, job := call(t, "POST", base+"/v1/jobs", fmt.Sprintf(`{"queue":%q,"payload":{"sleep_ms":%d,"result":%q}}`, queue, ms, result))
-	wantStatus(t, "enqueue", status, job, http.StatusCreated)
-	return job["id"].(float64)
 }
 
 func getJob(t *testing.T, base string, id float64) map[string]any {
@@ -390,139 +427,467 @@ func getJob(t *testing.T, base string, id float64) map[string]any {
 	return job
 }
 
-func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *testing.T) {
-	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "wp.db"), "--listen", "127.0.0.1:0")
-	// A server that refuses a fenced call without its token.
-	_, fencedBase := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "fenced.db"), "--listen", "127.0.0.1:0", "--require-fencing")
-	// A server that wants a bearer token of its auth file.
-	code, out, stderr := runFenceq(t, nil, "token", "new", "alice", "--roles", "producer,worker")
+// wpTLS is the suite's self-signed certificate for 127.0.0.1: the
+// server's and the CA file every worker is told to trust.
+type wpTLS struct {
+	cert, key string // PEM files; the certificate is its own CA
+	pool      *x509.CertPool
+}
+
+func newWPTLS(t *testing.T) *wpTLS {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fenceq worker-protocol suite"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tc := &wpTLS{cert: filepath.Join(dir, "cert.pem"), key: filepath.Join(dir, "key.pem"), pool: x509.NewCertPool()}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if err := os.WriteFile(tc.cert, certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tc.key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tc.pool.AppendCertsFromPEM(certPEM)
+	return tc
+}
+
+// wpConfig is one server setting of the suite's matrix. Every server
+// wants a bearer token of its auth file.
+type wpConfig struct {
+	name     string
+	postgres bool
+	fencing  bool // --require-fencing
+	tls      bool
+}
+
+// wpServer is a fenceq of the matrix as the suite and its workers reach it.
+type wpServer struct {
+	cfg   wpConfig
+	args  []string // serve's arguments, for a restart
+	proc  *proc
+	base  string // its URL (https:// over TLS)
+	token string
+	tc    *wpTLS
+	hc    *http.Client
+}
+
+var listenAnyRE = regexp.MustCompile(`msg="fenceq serving".* listen=(https?://\S+)`)
+
+// startWPServer starts a server of cfg on a fresh file or schema; with
+// listen, on that address (a restart: the same file, the same port).
+func startWPServer(t *testing.T, cfg wpConfig, token, authFile string, tc *wpTLS) *wpServer {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "wp.db")
+	if cfg.postgres {
+		db = pgtest.NewSchema(t)
+	}
+	args := []string{"serve", "--db", db, "--auth-file", authFile}
+	if cfg.fencing {
+		args = append(args, "--require-fencing")
+	}
+	s := &wpServer{cfg: cfg, token: token, hc: &http.Client{Timeout: 10 * time.Second}}
+	if cfg.tls {
+		s.tc = tc
+		args = append(args, "--tls-cert", tc.cert, "--tls-key", tc.key)
+		s.hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.pool}}
+	}
+	s.args = args
+	s.start(t, "127.0.0.1:0")
+	return s
+}
+
+func (s *wpServer) start(t *testing.T, listen string) {
+	t.Helper()
+	s.proc = start(t, nil, append(append([]string(nil), s.args...), "--listen", listen)...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := listenAnyRE.FindStringSubmatch(s.proc.stderr.String()); m != nil {
+			s.base = m[1]
+			return
+		}
+		select {
+		case <-s.proc.done:
+			t.Fatalf("fenceq %v exited before serving; stderr:\n%s", s.args, s.proc.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fenceq %v did not serve within 10 s; stderr:\n%s", s.args, s.proc.stderr)
+		}
+	}
+}
+
+// restart stops the server with SIGTERM and starts it again on the same
+// file or database and the same port.
+func (s *wpServer) restart(t *testing.T) {
+	t.Helper()
+	addr := strings.TrimPrefix(strings.TrimPrefix(s.base, "https://"), "http://")
+	if err := s.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := s.proc.exit(t, 30*time.Second); code != 0 {
+		t.Fatalf("fenceq exited %d after SIGTERM; stderr:\n%s", code, s.proc.stderr)
+	}
+	s.start(t, addr)
+}
+
+// env is what a worker needs to reach s: its token and, over TLS, the CA
+// file in each worker's own option (WP_CA_FILE: the Go and the Python
+// program's; NODE_EXTRA_CA_CERTS: Node's; SSL_CERT_FILE: fenceq worker's,
+// as of any Go program on Linux).
+func (s *wpServer) env() []string {
+	env := []string{"WP_TOKEN=" + s.token}
+	if s.tc != nil {
+		env = append(env, "WP_CA_FILE="+s.tc.cert, "NODE_EXTRA_CA_CERTS="+s.tc.cert, "SSL_CERT_FILE="+s.tc.cert)
+	}
+	return env
+}
+
+// call sends a JSON request with the bearer token.
+func (s *wpServer) call(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, s.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := s.hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading body: %v", method, path, err)
+	}
+	var out map[string]any
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: body %s is not a JSON object: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+func (s *wpServer) enqueueSleep(t *testing.T, queue string, ms int, result string) float64 {
+	t.Helper()
+	status, job := s.call(t, "POST", "/v1/jobs", fmt.Sprintf(`{"queue":%q,"payload":{"sleep_ms":%d,"result":%q}}`, queue, ms, result))
+	wantStatus(t, "enqueue", status, job, http.StatusCreated)
+	return job["id"].(float64)
+}
+
+func (s *wpServer) getJob(t *testing.T, id float64) map[string]any {
+	t.Helper()
+	status, job := s.call(t, "GET", fmt.Sprintf("/v1/jobs/%d", int64(id)), "")
+	wantStatus(t, "get job", status, job, http.StatusOK)
+	return job
+}
+
+// completions counts the audit log's completions of job id.
+func (s *wpServer) completions(t *testing.T, id float64) int {
+	t.Helper()
+	status, body := s.call(t, "GET", fmt.Sprintf("/v1/jobs/%d/history?limit=1000", int64(id)), "")
+	wantStatus(t, "job history", status, body, http.StatusOK)
+	n := 0
+	recs, _ := body["records"].([]any)
+	for _, r := range recs {
+		if rec, _ := r.(map[string]any); rec["action"] == "complete" {
+			n++
+		}
+	}
+	return n
+}
+
+// wpToken makes a principal with every role the suite needs and its auth file.
+func wpToken(t *testing.T) (token, authFile string) {
+	code, out, stderr := runFenceq(t, nil, "token", "new", "wp", "--roles", "producer,worker,admin")
 	if code != 0 {
 		t.Fatalf("token new = %d %s", code, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	authFile := filepath.Join(t.TempDir(), "auth")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "fq_") {
+			token = strings.TrimSpace(l)
+		}
+	}
+	if token == "" {
+		t.Fatalf("token new printed no token:\n%s", out)
+	}
+	authFile = filepath.Join(t.TempDir(), "auth")
 	if err := os.WriteFile(authFile, []byte(lines[len(lines)-1]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, authBase := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "auth.db"), "--listen", "127.0.0.1:0", "--auth-file", authFile)
-	for _, pw := range protocolWorkers(t) {
-		t.Run(pw.name, func(t *testing.T) {
-			fp, proxy := startFaultProxy(t, base)
-			_, fencedProxy := startFaultProxy(t, fencedBase)
+	return token, authFile
+}
 
-			t.Run("a worker paused past its lease whose job was claimed again does not complete it", func(t *testing.T) {
-				pausedWorkerScenario(t, pw, base, proxy, "wp-fence-"+pw.name)
-			})
+// wpMatrix is every server setting the suite runs its cases on.
+var wpMatrix = []wpConfig{
+	{name: "bbolt"},
+	{name: "bbolt --require-fencing", fencing: true},
+	{name: "postgres", postgres: true},
+	{name: "postgres --require-fencing", postgres: true, fencing: true},
+	{name: "bbolt over TLS", tls: true},
+}
 
-			t.Run("the same with --require-fencing", func(t *testing.T) {
-				pausedWorkerScenario(t, pw, fencedBase, fencedProxy, "wp-fence-"+pw.name)
-			})
-
-			t.Run("the same on PostgreSQL", func(t *testing.T) {
-				_, pgBase := startServing(t, nil, "--db", pgtest.NewSchema(t), "--listen", "127.0.0.1:0")
-				_, pgProxy := startFaultProxy(t, pgBase)
-				pausedWorkerScenario(t, pw, pgBase, pgProxy, "wp-fence-"+pw.name)
-			})
-
-			t.Run("heartbeats keep a 1 s lease alive for a 3 s handler", func(t *testing.T) {
-				queue := "wp-beat-" + pw.name
-				rw := startProtocolWorker(t, pw, proxy, queue, "wp-"+pw.name, 1000)
-				id := enqueueSleep(t, base, queue, 3000, "slow")
-				if d := rw.waitEvent(t, "done", id, 15*time.Second); d["outcome"] != "completed" {
-					t.Fatalf("outcome %v, want completed", d)
-				}
-				j := getJob(t, base, id)
-				if j["state"] != "completed" || j["attempts"] != float64(1) {
-					t.Fatalf("job %v, want completed on its first claim", j)
-				}
-				if r, _ := j["result"].(map[string]any); r["r"] != "slow" {
-					t.Fatalf("result %v, want the handler's", j["result"])
-				}
-			})
-
-			t.Run("a lost claim cancels the handler and nothing is reported", func(t *testing.T) {
-				queue := "wp-lost-" + pw.name
-				rw := startProtocolWorker(t, pw, proxy, queue, "wp-"+pw.name, 1000)
-				id := enqueueSleep(t, base, queue, 30000, "never")
-				rw.waitEvent(t, "start", id, 10*time.Second)
-				status, body := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/cancel", base, int64(id)), "")
-				wantStatus(t, "cancel", status, body, http.StatusOK)
-				t0 := time.Now()
-				rw.waitEvent(t, "cancelled", id, 5*time.Second)
-				if el := time.Since(t0); el > 2*time.Second {
-					t.Errorf("the handler was cancelled %v after the claim was lost; the heartbeat interval is 333 ms", el)
-				}
-				if d := rw.waitEvent(t, "done", id, 5*time.Second); d["outcome"] != "lost" {
-					t.Fatalf("outcome %v, want lost", d)
-				}
-				if j := getJob(t, base, id); j["state"] != "cancelled" || j["result"] != nil {
-					t.Fatalf("job %v, want cancelled with no result", j)
-				}
-			})
-
-			t.Run("SIGTERM drains the job in flight and exits 0", func(t *testing.T) {
-				queue := "wp-drain-" + pw.name
-				rw := startProtocolWorker(t, pw, proxy, queue, "wp-"+pw.name, 1000)
-				id := enqueueSleep(t, base, queue, 1500, "drained")
-				rw.waitEvent(t, "start", id, 10*time.Second)
-				if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-rw.exited:
-				case <-time.After(15 * time.Second):
-					t.Fatalf("the worker did not exit within 15 s of SIGTERM; events %v", rw.snapshot())
-				}
-				if rw.err != nil {
-					t.Fatalf("the worker exited with %v after SIGTERM, want 0", rw.err)
-				}
-				if d := rw.find("done", id); d == nil || d["outcome"] != "completed" {
-					t.Fatalf("events %v: want job %v completed before the exit", rw.snapshot(), id)
-				}
-				if j := getJob(t, base, id); j["state"] != "completed" {
-					t.Fatalf("job %v, want completed", j)
-				}
-			})
-
-			t.Run("503 answers are retried within the lease and nothing is lost", func(t *testing.T) {
-				queue := "wp-503-" + pw.name
-				rw := startProtocolWorker(t, pw, proxy, queue, "wp-"+pw.name, 3000)
-				id := enqueueSleep(t, base, queue, 1200, "through")
-				rw.waitEvent(t, "start", id, 10*time.Second)
-				// Every call is 503 from now until the completion was refused
-				// twice (the heartbeat at 1 s, the completion at 1.2 s), at
-				// most 2.5 s: within the 3 s lease.
-				fp.failing.Store(true)
-				for until := time.Now().Add(2500 * time.Millisecond); fp.refusedCount("complete") < 2 && time.Now().Before(until); {
-					time.Sleep(5 * time.Millisecond)
-				}
-				fp.failing.Store(false)
-				if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "completed" {
-					t.Fatalf("outcome %v, want completed", d)
-				}
-				if n := fp.refusedCount("complete"); n == 0 {
-					t.Fatalf("the proxy refused no completion (refused: %v): the scenario did not test a retry", fp.refused)
-				}
-				if j := getJob(t, base, id); j["state"] != "completed" || j["attempts"] != float64(1) {
-					t.Fatalf("job %v, want completed on its first claim", j)
-				}
-			})
-
-			t.Run("a refused bearer token stops the worker with an error naming it and a non-zero exit", func(t *testing.T) {
-				rw := startProtocolWorker(t, pw, authBase, "wp-auth-"+pw.name, "wp-"+pw.name, 1000, "WP_TOKEN=not-a-token-of-the-auth-file")
-				select {
-				case <-rw.exited:
-				case <-time.After(15 * time.Second):
-					t.Fatalf("the worker still runs 15 s after its claims were refused as unauthenticated; stderr:\n%s", rw.stderr)
-				}
-				if rw.err == nil {
-					t.Fatalf("the worker exited 0 after its token was refused; stderr:\n%s", rw.stderr)
-				}
-				if !strings.Contains(rw.stderr.String(), "unauthenticated") {
-					t.Fatalf("the worker's stderr does not name the refusal (unauthenticated):\n%s", rw.stderr)
-				}
-			})
+// TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries is
+// the worker-protocol suite: its seven cases (docs/guarantees.md) for every
+// worker, on every server of wpMatrix — bbolt and PostgreSQL, with and
+// without --require-fencing, every one wanting a bearer token, and once
+// over TLS. The four workers run side by side on one server (their queues
+// apart); the settings one after the other.
+func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *testing.T) {
+	token, authFile := wpToken(t)
+	tc := newWPTLS(t)
+	workers := protocolWorkers(t)
+	for _, cfg := range wpMatrix {
+		t.Run(cfg.name, func(t *testing.T) {
+			if cfg.postgres {
+				pgtest.ServerURL(t) // skips (fails with CI=true) without PostgreSQL, before the workers start
+			}
+			srv := startWPServer(t, cfg, token, authFile, tc)
+			for _, pw := range workers {
+				t.Run(pw.name, func(t *testing.T) {
+					t.Parallel()
+					pw.command(t) // skips or fails here when the language is missing
+					wpCases(t, pw, cfg, srv, token, authFile, tc)
+				})
+			}
 		})
+	}
+}
+
+func wpCases(t *testing.T, pw protocolWorker, cfg wpConfig, srv *wpServer, token, authFile string, tc *wpTLS) {
+	var ptc *wpTLS
+	if cfg.tls {
+		ptc = tc
+	}
+	fp, proxy := startFaultProxy(t, srv.base, ptc)
+	env := srv.env()
+	name := "wp-" + pw.name
+
+	t.Run("1 a worker paused past its lease whose job was claimed again does not complete it", func(t *testing.T) {
+		pausedWorkerScenario(t, pw, srv, proxy, "wp-fence-"+pw.name)
+	})
+
+	t.Run("2 heartbeats keep a 2 s lease alive for a 4 s handler", func(t *testing.T) {
+		// 2 s, not 1: four workers, their servers and the race-built
+		// test binary share the machine, and a heartbeat late by a
+		// lease loses the claim.
+		queue := "wp-beat-" + pw.name
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 2000, env...)
+		id := srv.enqueueSleep(t, queue, 4000, "slow")
+		if d := rw.waitEvent(t, "done", id, 15*time.Second); d["outcome"] != "completed" {
+			t.Fatalf("outcome %v, want completed", d)
+		}
+		j := srv.getJob(t, id)
+		if j["state"] != "completed" || j["attempts"] != float64(1) {
+			t.Fatalf("job %v, want completed on its first claim", j)
+		}
+		if r, _ := j["result"].(map[string]any); r["r"] != "slow" {
+			t.Fatalf("result %v, want the handler's", j["result"])
+		}
+	})
+
+	t.Run("2 a lost claim cancels the handler and nothing is reported", func(t *testing.T) {
+		queue := "wp-lost-" + pw.name
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 1000, env...)
+		id := srv.enqueueSleep(t, queue, 30000, "never")
+		rw.waitEvent(t, "start", id, 10*time.Second)
+		status, body := srv.call(t, "POST", fmt.Sprintf("/v1/jobs/%d/cancel", int64(id)), "")
+		wantStatus(t, "cancel", status, body, http.StatusOK)
+		t0 := time.Now()
+		rw.waitEvent(t, "cancelled", id, 5*time.Second)
+		if el := time.Since(t0); el > 2*time.Second {
+			t.Errorf("the handler was cancelled %v after the claim was lost; the heartbeat interval is 333 ms", el)
+		}
+		if d := rw.waitEvent(t, "done", id, 5*time.Second); d["outcome"] != "lost" {
+			t.Fatalf("outcome %v, want lost", d)
+		}
+		if j := srv.getJob(t, id); j["state"] != "cancelled" || j["result"] != nil {
+			t.Fatalf("job %v, want cancelled with no result", j)
+		}
+	})
+
+	t.Run("4 SIGTERM drains the job in flight and exits 0", func(t *testing.T) {
+		queue := "wp-drain-" + pw.name
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 2000, env...)
+		id := srv.enqueueSleep(t, queue, 1500, "drained")
+		rw.waitEvent(t, "start", id, 10*time.Second)
+		if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-rw.exited:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("the worker did not exit within 15 s of SIGTERM; events %v", rw.snapshot())
+		}
+		if rw.err != nil {
+			t.Fatalf("the worker exited with %v after SIGTERM, want 0", rw.err)
+		}
+		if d := rw.find("done", id); d == nil || d["outcome"] != "completed" {
+			t.Fatalf("events %v: want job %v completed before the exit", rw.snapshot(), id)
+		}
+		if j := srv.getJob(t, id); j["state"] != "completed" {
+			t.Fatalf("job %v, want completed", j)
+		}
+	})
+
+	t.Run("7 503 answers are retried within the lease and nothing is lost", func(t *testing.T) {
+		queue := "wp-503-" + pw.name
+		rw := startProtocolWorker(t, pw, proxy, queue, name, 3000, env...)
+		id := srv.enqueueSleep(t, queue, 1200, "through")
+		rw.waitEvent(t, "start", id, 10*time.Second)
+		// Every call is 503 from now until the completion was refused
+		// twice (the heartbeat at 1 s, the completion at 1.2 s), at
+		// most 2.5 s: within the 3 s lease.
+		fp.failing.Store(true)
+		for until := time.Now().Add(2500 * time.Millisecond); fp.refusedCount("complete") < 2 && time.Now().Before(until); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		fp.failing.Store(false)
+		if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "completed" {
+			t.Fatalf("outcome %v, want completed", d)
+		}
+		if n := fp.refusedCount("complete"); n == 0 {
+			t.Fatalf("the proxy refused no completion (refused: %v): the scenario did not test a retry", fp.refused)
+		}
+		if j := srv.getJob(t, id); j["state"] != "completed" || j["attempts"] != float64(1) {
+			t.Fatalf("job %v, want completed on its first claim", j)
+		}
+	})
+
+	t.Run("5 the server restarted mid-run: the worker reconnects, nothing acknowledged is lost, no job is completed twice", func(t *testing.T) {
+		restartScenario(t, pw, cfg, token, authFile, tc)
+	})
+
+	t.Run("6 a refused bearer token stops the worker with an error naming it and a non-zero exit", func(t *testing.T) {
+		env := append(srv.env(), "WP_TOKEN=not-a-token-of-the-auth-file")
+		rw := startProtocolWorker(t, pw, srv.base, "wp-auth-"+pw.name, name, 1000, env...)
+		wantExitNaming(t, rw, "unauthenticated")
+	})
+
+	t.Run("6 a wrong server URL stops the worker with an error naming it and a non-zero exit", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong := strings.SplitN(srv.base, "://", 2)[0] + "://" + ln.Addr().String()
+		ln.Close() // nothing listens there now
+		rw := startProtocolWorker(t, pw, wrong, "wp-nowhere-"+pw.name, name, 1000, append(env, "WP_START_TIMEOUT_MS=1500")...)
+		wantExitNaming(t, rw, wrong)
+	})
+}
+
+// wantExitNaming waits for the worker to exit non-zero with want in its stderr.
+func wantExitNaming(t *testing.T, rw *runningWorker, want string) {
+	t.Helper()
+	select {
+	case <-rw.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the worker still runs 15 s after its start; stderr:\n%s", rw.stderr)
+	}
+	if rw.err == nil {
+		t.Fatalf("the worker exited 0; stderr:\n%s", rw.stderr)
+	}
+	if !strings.Contains(rw.stderr.String(), want) {
+		t.Fatalf("the worker's stderr does not name %q:\n%s", want, rw.stderr)
+	}
+}
+
+// restartScenario: a worker runs jobs on a server of its own while the
+// server is stopped with SIGTERM and started again on the same file or
+// database and port. The worker keeps running and reconnects; every job
+// acknowledged to the producer ends completed, with one completion in the
+// audit log and the handler's result; every completion the worker was
+// told of is kept.
+func restartScenario(t *testing.T, pw protocolWorker, cfg wpConfig, token, authFile string, tc *wpTLS) {
+	srv := startWPServer(t, cfg, token, authFile, tc)
+	queue := "wp-restart-" + pw.name
+	rw := startProtocolWorker(t, pw, srv.base, queue, "wp-"+pw.name, 3000, srv.env()...)
+	var ids []float64
+	for i := range 24 {
+		ids = append(ids, srv.enqueueSleep(t, queue, 150, fmt.Sprintf("r%d", i)))
+	}
+	// Mid-run: some jobs done, others running or waiting.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if n := len(rw.all("done")); n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker finished no 4 jobs within 20 s; events %v", rw.snapshot())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.restart(t)
+	for i := range 8 {
+		ids = append(ids, srv.enqueueSleep(t, queue, 50, fmt.Sprintf("after%d", i)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range ids {
+		for srv.getJob(t, id)["state"] != "completed" {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %v is %v 30 s after the restart; the worker's events: %v", id, srv.getJob(t, id), rw.snapshot())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	select {
+	case <-rw.exited:
+		t.Fatalf("the worker exited (%v) instead of reconnecting; stderr:\n%s", rw.err, rw.stderr)
+	default:
+	}
+	completedBy := map[float64]int{}
+	for _, d := range rw.all("done") {
+		if d["outcome"] == "completed" {
+			completedBy[d["id"].(float64)]++
+		}
+	}
+	for _, id := range ids {
+		j := srv.getJob(t, id)
+		if n := srv.completions(t, id); n != 1 {
+			t.Errorf("job %v: %d completions in the audit log, want 1", id, n)
+		}
+		if r, _ := j["result"].(map[string]any); r["by"] != "wp-"+pw.name {
+			t.Errorf("job %v: result %v, want the handler's", id, j["result"])
+		}
+		if completedBy[id] > 1 {
+			t.Errorf("job %v: the worker reported %d completions, want at most 1", id, completedBy[id])
+		}
+	}
+	if len(completedBy) == 0 {
+		t.Fatalf("the worker reported no completion; events %v", rw.snapshot())
+	}
+	if err := rw.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rw.exited:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the worker did not exit within 15 s of SIGTERM")
+	}
+	if rw.err != nil {
+		t.Fatalf("the worker exited with %v after SIGTERM, want 0", rw.err)
 	}
 }
 
@@ -545,24 +910,45 @@ func docBlock(t *testing.T, page, marker string) string {
 	return block + "\n"
 }
 
-func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T) {
+// TestClientsDocs_TheWorkerExamplesCompleteAJobAndDrainOnSIGTERM runs the
+// ten-line workers of docs/clients.md as they are printed: each completes
+// a job with the token it was handed, then drains and exits 0 on SIGTERM.
+func TestClientsDocs_TheWorkerExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T) {
 	_, base := startServing(t, nil, "--db", filepath.Join(t.TempDir(), "docs.db"), "--listen", "127.0.0.1:0")
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, pw := range protocolWorkers(t) {
-		if pw.name != "python" && pw.name != "typescript" {
-			continue // the Go Worker's example is api/client's Example tests; --exec's is in leases.md
+		if pw.name == "exec" {
+			continue // fenceq worker --exec's example runs in leases.md's walkthrough
 		}
 		t.Run(pw.name, func(t *testing.T) {
 			probe := pw.command(t) // skips or fails as the suite does when the language is missing
 			dir := t.TempDir()
 			var cmd *exec.Cmd
 			switch pw.name {
+			case "go":
+				// Built inside the module, as a program of the user's module would be against its go.mod.
+				src, err := os.MkdirTemp(root, "_docgo-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(src) })
+				if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(docBlock(t, "clients.md", "<!-- test: go-worker -->")), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				bin := filepath.Join(dir, "worker")
+				build := exec.Command("go", "build", "-o", bin, "./"+filepath.Base(src))
+				build.Dir = root
+				if out, err := build.CombinedOutput(); err != nil {
+					t.Fatalf("go build of the Go example: %v\n%s", err, out)
+				}
+				cmd = exec.Command(bin)
+				cmd.Env = cleanEnv()
 			case "python":
 				file := filepath.Join(dir, "worker.py")
-				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: python-worker -->")), 0o644); err != nil {
+				if err := os.WriteFile(file, []byte(docBlock(t, "clients.md", "<!-- test: python-worker -->")), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cmd = exec.Command(probe.Path, "-u", file)
@@ -576,7 +962,7 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 					t.Fatal(err)
 				}
 				file := filepath.Join(dir, "worker.mjs")
-				if err := os.WriteFile(file, []byte(docBlock(t, "workers.md", "<!-- test: typescript-worker -->")), 0o644); err != nil {
+				if err := os.WriteFile(file, []byte(docBlock(t, "clients.md", "<!-- test: typescript-worker -->")), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				cmd = exec.Command(probe.Path, file)
@@ -624,16 +1010,65 @@ func TestWorkersDocs_ThePythonAndTypeScriptExamplesCompleteAJobAndDrainOnSIGTERM
 	}
 }
 
+// TestClientsDocs_TheInstallBlocksWorkPastedTwice runs docs/clients.md's
+// install blocks for Python and TypeScript twice, in bash, in a directory
+// holding the checkout's clients/ (Python's copied, as pip builds in the
+// source tree; TypeScript's linked, built by .ci/clients.sh), with
+// Debian's python3 first on the PATH. Each must print its last line.
+func TestClientsDocs_TheInstallBlocksWorkPastedTwice(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range protocolWorkers(t) {
+		var marker, want string
+		switch pw.name {
+		case "python":
+			marker, want = "<!-- test: python-install -->", "fenceq for Python installed"
+		case "typescript":
+			marker, want = "<!-- test: typescript-install -->", "fenceq for Node installed: function"
+		default:
+			continue
+		}
+		t.Run(pw.name, func(t *testing.T) {
+			pw.command(t) // skips or fails as the suite does when the language is missing
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "clients"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(root, "clients", "typescript"), filepath.Join(dir, "clients", "typescript")); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("cp", "-r", filepath.Join(root, "clients", "python"), filepath.Join(dir, "clients", "python")).CombinedOutput(); err != nil {
+				t.Fatalf("cp: %v %s", err, out)
+			}
+			block := docBlock(t, "clients.md", marker)
+			for paste := 1; paste <= 2; paste++ {
+				cmd := exec.Command("bash", "-e", "-c", block)
+				cmd.Dir = dir
+				cmd.Env = append(cleanEnv(), "PATH=/usr/bin:"+os.Getenv("PATH"))
+				out, err := cmd.CombinedOutput()
+				if err != nil || !strings.Contains(string(out), want) {
+					t.Fatalf("paste %d of docs/clients.md's %s block: %v, want %q in its output:\n%s", paste, pw.name, err, want, out)
+				}
+			}
+		})
+	}
+}
+
 // pausedWorkerScenario: the worker is stopped (SIGSTOP) past its 1 s lease
 // while a claim of the same worker name takes its job; after SIGCONT it
-// reports the claim lost, and the job ends with the second claim's result.
-func pausedWorkerScenario(t *testing.T, pw protocolWorker, base, proxy, queue string) {
+// reports the claim lost, the check endpoint answers stale for the token
+// its handler was given, and the job ends with the second claim's result.
+func pausedWorkerScenario(t *testing.T, pw protocolWorker, srv *wpServer, proxy, queue string) {
 	name := "wp-" + pw.name
-	rw := startProtocolWorker(t, pw, proxy, queue, name, 1000)
-	id := enqueueSleep(t, base, queue, 3000, "first")
+	rw := startProtocolWorker(t, pw, proxy, queue, name, 1000, srv.env()...)
+	id := srv.enqueueSleep(t, queue, 3000, "first")
 	if tok := rw.waitEvent(t, "start", id, 10*time.Second)["token"]; tok != float64(1) {
 		t.Fatalf("the handler got token %v, want 1", tok)
 	}
+	status, check := srv.call(t, "POST", fmt.Sprintf("/v1/jobs/%d/check", int64(id)), `{"fencing_token":1}`)
+	wantStatus(t, "the check of the handler's token while it holds the claim", status, check, http.StatusOK)
 	if err := rw.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -641,24 +1076,26 @@ func pausedWorkerScenario(t *testing.T, pw protocolWorker, base, proxy, queue st
 	// The stopped worker's own long-poll, in the server, may take
 	// the job first (token 2) and lose it the same way: the
 	// re-claim waits, and gets token 2 or 3.
-	status, job := call(t, "POST", base+"/v1/claim", fmt.Sprintf(`{"worker":%q,"queues":[%q],"lease_ms":30000,"wait_ms":5000}`, name, queue))
+	status, job := srv.call(t, "POST", "/v1/claim", fmt.Sprintf(`{"worker":%q,"queues":[%q],"lease_ms":30000,"wait_ms":5000}`, name, queue))
 	wantStatus(t, "the re-claim under the same worker name", status, job, http.StatusOK)
 	token, _ := job["fencing_token"].(float64)
 	if job["id"] != id || token < 2 {
 		t.Fatalf("re-claim: %v, want job %v with a token above 1", job, id)
 	}
+	status, check = srv.call(t, "POST", fmt.Sprintf("/v1/jobs/%d/check", int64(id)), `{"fencing_token":1}`)
+	wantStatus(t, "the check of the handler's token after the re-claim", status, check, http.StatusConflict)
 	if err := rw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	if d := rw.waitEvent(t, "done", id, 10*time.Second); d["outcome"] != "lost" {
 		t.Fatalf("the resumed worker reported %v, want the claim lost", d)
 	}
-	if j := getJob(t, base, id); j["state"] != "claimed" || j["attempts"] != token || j["result"] != nil {
+	if j := srv.getJob(t, id); j["state"] != "claimed" || j["attempts"] != token || j["result"] != nil {
 		t.Fatalf("after the resumed worker: job %v, want still claimed by the second claim, no result", j)
 	}
-	status, done := call(t, "POST", fmt.Sprintf("%s/v1/jobs/%d/complete", base, int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":"second"}`, name, int64(token)))
+	status, done := srv.call(t, "POST", fmt.Sprintf("/v1/jobs/%d/complete", int64(id)), fmt.Sprintf(`{"worker":%q,"fencing_token":%d,"result":"second"}`, name, int64(token)))
 	wantStatus(t, "the second claim's completion", status, done, http.StatusOK)
-	if j := getJob(t, base, id); j["result"] != "second" {
+	if j := srv.getJob(t, id); j["result"] != "second" {
 		t.Fatalf("job ended as %v, want the second claim's result", j)
 	}
 }

@@ -124,6 +124,13 @@ type WorkerConfig struct {
 	// NoClaimNext turns off claiming the next job with the completion (one
 	// transaction for both). Leave it off unless a proxy cannot pass it.
 	NoClaimNext bool
+	// StartTimeout, if positive, is how long Run keeps trying to reach
+	// the server before its first answer: when every claim since Run
+	// began went unanswered (a wrong URL, nothing listening, a name that
+	// does not resolve) for that long, Run stops and returns the last
+	// error, which names the URL. Once the server has answered, claims are
+	// retried for as long as it takes (a restart). Default 0: forever.
+	StartTimeout time.Duration
 }
 
 // Worker claims jobs and runs a Handler on each, keeping the claim alive

@@ -83,6 +83,8 @@ func (w *Worker) loop(claimCtx context.Context) {
 		beating   bool
 		retryAt   <-chan time.Time // a claim error's pause
 		pause     = claimRetryMin
+		answered  bool // a call of this Run got an answer from the server
+		began     = time.Now()
 		wg        sync.WaitGroup
 	)
 	outcomes := make(chan outcome)
@@ -159,10 +161,14 @@ func (w *Worker) loop(claimCtx context.Context) {
 			claiming = false
 			asked -= r.asked
 			start(r.jobs) // even when stopping: they are claimed
+			answered = answered || r.err == nil || StatusCode(r.err) != 0
 			switch {
 			case r.err == nil:
 				pause = claimRetryMin
 			case w.isStopping() || claimCtx.Err() != nil:
+			case !answered && w.cfg.StartTimeout > 0 && time.Since(began) >= w.cfg.StartTimeout:
+				w.log.Error("the server never answered; stopping", "err", r.err, "within", w.cfg.StartTimeout)
+				w.fatal(fmt.Errorf("fenceq: worker: no answer from %s within %v: %w", w.c.BaseURL(), w.cfg.StartTimeout, r.err))
 			case claimRefused(r.err):
 				w.log.Error("the server refuses the claim itself; stopping", "err", r.err)
 				w.fatal(r.err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -452,6 +453,55 @@ func TestWorker_StopsWhenTheServerRefusesTheClaimItself(t *testing.T) {
 	go func() { done <- w.Run(context.Background()) }()
 	if err := receive(t, done, "Run returns"); !client.IsCode(err, client.CodeInvalidArgument) {
 		t.Fatalf("Run() with a bad queue name = %v, want invalid_argument", err)
+	}
+}
+
+func TestWorker_StartTimeout_StopsWhenTheServerNeverAnswersNamingTheURL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	w, err := client.NewWorker(mustClient(t, url), func(context.Context, client.Job) (any, any, error) { return nil, nil, nil },
+		client.WorkerConfig{Name: "w", StartTimeout: 300 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	err = receive(t, done, "Run returns")
+	if err == nil || !strings.Contains(err.Error(), url) {
+		t.Fatalf("Run() against nothing = %v, want an error naming %s", err, url)
+	}
+}
+
+func TestWorker_StartTimeout_AServerThatAnsweredIsWaitedFor(t *testing.T) {
+	srv := newServer(t, db.Rules{}, api.Config{})
+	c := mustClient(t, srv.URL)
+	done := make(chan client.Done, 1)
+	w, err := client.NewWorker(c, func(context.Context, client.Job) (any, any, error) { return "ok", nil, nil },
+		client.WorkerConfig{Name: "w", StartTimeout: 100 * time.Millisecond, Wait: 50 * time.Millisecond, Logger: quiet,
+			OnDone: func(d client.Done) { done <- d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	// Long-polls that found nothing are answers: past the StartTimeout,
+	// the worker still runs and takes a job.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := c.Enqueue(context.Background(), client.NewJob{Queue: "default", Payload: map[string]int{"n": 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if d := receive(t, done, "the job done"); d.Outcome != client.OutcomeCompleted {
+		t.Fatalf("outcome %s (%v), want completed", d.Outcome, d.Err)
+	}
+	cancel()
+	if err := receive(t, ran, "Run returns"); err != nil {
+		t.Fatalf("Run() = %v after its context ended, want nil", err)
 	}
 }
 

@@ -63,6 +63,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	grace := fs.Duration("kill-grace", 10*time.Second, "after the drain timeout, time between SIGTERM and SIGKILL")
 	maxOutput := fs.Int("max-output", 1<<20, "largest stdout kept as the result, in bytes (more fails the job)")
 	asJSON := fs.Bool("json", false, "log as JSON lines instead of text")
+	startTimeout := fs.Duration("start-timeout", 0, "exit non-zero when the server has not answered at all for this long after the start (a wrong --server); 0: keep trying")
 	SetUsage(fs, stdout, workerSynopsis, workerAbout)
 	if _, err := parseCommand(fs, args, 0, 0); err != nil {
 		return err
@@ -93,7 +94,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		server: c.BaseURL(), token: cf.token, stderr: &lockedWriter{w: stderr}}
 	w, err := client.NewWorker(c, h.handle, client.WorkerConfig{
 		Name: *name, Queues: qs, Concurrency: *concurrency, Lease: *leaseD, Wait: *wait, DrainTimeout: *drain,
-		Logger: logger,
+		StartTimeout: *startTimeout, Logger: logger,
 		OnDone: func(d client.Done) {
 			attrs := []any{"job", d.Job.ID, "queue", d.Job.Queue, "token", d.Job.FencingToken, "outcome", d.Outcome}
 			if d.Err != nil {

@@ -10,6 +10,9 @@ from typing import Any, cast
 from . import _http
 from ._models import (
     OPERATIONS,
+    BatchCompleteRequest,
+    BatchFailRequest,
+    BatchResult,
     CheckRequest,
     ClaimRequest,
     CompletedJob,
@@ -52,7 +55,11 @@ def transient(err: BaseException) -> bool:
 
 class Client:
     """A fenceq server at base_url ("http://127.0.0.1:7420"), with an
-    optional bearer token. Every method is a coroutine."""
+    optional bearer token. Every method is a coroutine. Calls share
+    persistent HTTP/1.1 connections, one per concurrent caller.
+
+    For https:// with a private CA, give ca_file (a PEM file of the
+    certificates to trust) or a whole ssl_context."""
 
     def __init__(
         self,
@@ -61,11 +68,18 @@ class Client:
         token: str | None = None,
         timeout: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._ssl = ssl_context
+        if ssl_context is None and ca_file is not None:
+            ssl_context = ssl.create_default_context(cafile=ca_file)
+        self._conns = _http.Connections(self.base_url, ssl_context)
+
+    def close(self) -> None:
+        """Close the idle connections (calls after it open new ones)."""
+        self._conns.close()
 
     async def call(self, operation: str, body: Any = None, *, timeout: float | None = None,
                    **path_params: Any) -> tuple[int, Any]:
@@ -75,9 +89,8 @@ class Client:
         method, path = OPERATIONS[operation]
         for k, v in path_params.items():
             path = path.replace("{" + k + "}", str(v))
-        status, raw = await _http.request(
-            self.base_url, method, path, body, headers=self._headers,
-            timeout=self.timeout if timeout is None else timeout, ssl_context=self._ssl)
+        status, raw = await self._conns.request(
+            method, path, body, headers=self._headers, timeout=self.timeout if timeout is None else timeout)
         decoded: Any = None
         if raw:
             try:
@@ -121,6 +134,18 @@ class Client:
     async def fail(self, job_id: int, req: FailRequest) -> Job:
         _, job = await self.call("fail", req, id=job_id)
         return cast(Job, job)
+
+    async def complete_many(self, req: BatchCompleteRequest) -> BatchResult:
+        """Complete several claims in one call and one transaction (POST
+        /v1/jobs/complete); each item is decided as complete() would be,
+        and claim_next claims more jobs in the same transaction."""
+        _, body = await self.call("completeBatch", req)
+        return cast(BatchResult, body)
+
+    async def fail_many(self, req: BatchFailRequest) -> BatchResult:
+        """Fail several claims in one call and one transaction (POST /v1/jobs/fail)."""
+        _, body = await self.call("failBatch", req)
+        return cast(BatchResult, body)
 
     async def check(self, job_id: int, token: int) -> bool:
         """True while token is the job's current claim; False once it is not (409)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import signal
 import socket
@@ -15,12 +16,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._client import APIError, Client, transient
-from ._models import CompleteRequest, FailRequest, Job
+from ._client import APIError, Client, TransportError, transient
+from ._models import (
+    BatchCompleteRequest,
+    BatchCompleteRequestJobsItem,
+    BatchFailRequestJobsItem,
+    BatchResult,
+    BatchResultResultsItem,
+    Job,
+)
 
 log = logging.getLogger("fenceq.worker")
 
 Outcome = Literal["completed", "failed", "lost", "unknown"]
+
+MAX_BATCH = 1000  # the most jobs one batched call may carry
 
 
 class ClaimLost(Exception):
@@ -87,6 +97,15 @@ class Done:
     stored: Job | None = None
 
 
+@dataclass
+class _Outcome:
+    """A handler's answer, waiting to be sent."""
+
+    ctx: JobContext
+    value: Any
+    err: BaseException | None
+
+
 class Worker:
     """Runs handler on jobs claimed through client.
 
@@ -96,7 +115,18 @@ class Worker:
     ClaimLost, or a claim lost while it runs, drops the outcome: nothing is
     reported to the server. When a heartbeat is refused the handler's task
     is cancelled (a blocking handler sees ctx.lost and its result is
-    dropped)."""
+    dropped).
+
+    Outcomes go out in batches, as the Go Worker's do: one completion
+    call at a time carries every completion that came in meanwhile (POST
+    /v1/jobs/complete, each item with its own token and its own answer)
+    and claims replacements for the handlers it frees in the same
+    transaction (claim_next); failures go out the same way (POST
+    /v1/jobs/fail).
+
+    start_timeout: when the server has not answered any claim for that
+    long since run() began (a wrong URL, nothing listening), run() raises
+    the TransportError naming the URL. None (the default) keeps trying."""
 
     def __init__(
         self,
@@ -111,6 +141,7 @@ class Worker:
         drain_timeout: float = 30.0,
         blocking: bool = False,
         on_done: Callable[[Done], None] | None = None,
+        start_timeout: float | None = None,
     ) -> None:
         if lease < 0.03:
             raise ValueError(f"fenceq: worker lease {lease}s is too short to heartbeat (at least 0.03 s)")
@@ -124,29 +155,38 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.blocking = blocking
         self.on_done = on_done
+        self.start_timeout = start_timeout
         self._stopping: asyncio.Event | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self._wake: asyncio.Event | None = None
         self._fatal: BaseException | None = None
+        self._busy = 0  # handlers running
+        self._asked = 0  # jobs asked for by calls in flight
+        self._pending: list[_Outcome] = []
+        self._handlers: dict[int, tuple[JobContext, asyncio.Future[Any]]] = {}
+        self._hard_stop = False
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def stop(self) -> None:
         """Stop claiming; run() lets in-flight jobs finish (drain_timeout),
         then cancels them and fails them with their tokens so another
         worker takes them at once."""
-        if self._stopping is not None:
+        if self._stopping is not None and self._wake is not None:
             self._stopping.set()
+            self._wake.set()
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Claim and run jobs until stop() (or, with handle_signals, SIGTERM
         or SIGINT). Raises APIError when the server refuses the claim itself
-        (a wrong queue name, a refused token, a missing role)."""
+        (a wrong queue name, a refused token, a missing role), and
+        TransportError when it never answered within start_timeout."""
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         try:
-            await self._claim_loop()
-            await self._drain()
+            await self._loop()
         finally:
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -154,62 +194,125 @@ class Worker:
         if self._fatal is not None:
             raise self._fatal
 
-    async def _claim_loop(self) -> None:
-        assert self._stopping is not None
+    def _free(self) -> int:
+        return self.concurrency - self._busy - self._asked
+
+    def _start(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._busy += 1
+            task = asyncio.create_task(self._run_job(job))
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
+
+    async def _loop(self) -> None:
+        """One task owns the worker's state: one long-poll claim at a time
+        for the free handlers, one finish call at a time for the outcomes
+        that came in, and the drain."""
+        assert self._stopping is not None and self._wake is not None
+        wake = self._wake
+        claim: asyncio.Task[list[Job]] | None = None
+        claim_n = 0
+        finish: asyncio.Task[list[Job]] | None = None
+        finish_n = 0
+        retry_at = 0.0
         pause = 0.1
-        slot_free = asyncio.Event()
-        while not self._stopping.is_set():
-            free = self.concurrency - len(self._running)
-            if free <= 0:
-                slot_free.clear()
-                await _first(slot_free.wait(), self._stopping.wait())
-                continue
-            claim = asyncio.ensure_future(self.client.claim({
-                "worker": self.name, "queues": self.queues, "lease_ms": int(self.lease * 1000),
-                "wait_ms": int(self.wait * 1000), "max": free}))
-            stop = asyncio.ensure_future(self._stopping.wait())
-            await asyncio.wait({claim, stop}, return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            if not claim.done():  # stopping: abandon the long-poll
-                claim.cancel()
-                await asyncio.gather(claim, return_exceptions=True)
-                break
-            err = claim.exception()
-            if err is not None:
-                if isinstance(err, APIError) and not err.transient:
-                    log.error("claim refused; stopping: %s", err)
-                    self._fatal = err
-                    self._stopping.set()
-                    break
-                log.warning("claim failed; trying again in %.1fs: %s", pause, err)
-                await _first(asyncio.sleep(pause), self._stopping.wait())
-                pause = min(2 * pause, 5.0)
-                continue
-            pause = 0.1
-            for job in claim.result():
-                task = asyncio.create_task(self._run_job(job))
-                self._running.add(task)
-
-                def finished(t: asyncio.Task[None]) -> None:
-                    self._running.discard(t)
-                    slot_free.set()
-                task.add_done_callback(finished)
-
-    async def _drain(self) -> None:
-        if not self._running:
-            return
-        done, pending = await asyncio.wait(set(self._running), timeout=self.drain_timeout)
-        if pending:
-            log.warning("drain timeout: cancelling the %d jobs still running", len(pending))
-            self._hard_stop = True
-            for job_task in pending:
-                job_task.cancel()  # _run_job cancels its handler and fails the job
-            await asyncio.wait(pending)
-
-    _hard_stop = False
+        answered = False
+        began = time.monotonic()
+        drain_until: float | None = None
+        lease_ms = int(self.lease * 1000)
+        while True:
+            stopping = self._stopping.is_set()
+            now = time.monotonic()
+            if stopping and drain_until is None:
+                drain_until = now + self.drain_timeout
+            # Claim for free handlers unless a finish call is about to
+            # claim replacements for them in its own transaction.
+            if (not stopping and claim is None and now >= retry_at and self._free() > 0
+                    and finish is None and not self._pending):
+                claim_n = self._free()
+                self._asked += claim_n
+                claim = asyncio.create_task(self.client.claim({
+                    "worker": self.name, "queues": self.queues, "lease_ms": lease_ms,
+                    "wait_ms": int(self.wait * 1000), "max": claim_n}))
+                claim.add_done_callback(lambda _: wake.set())
+            if finish is None and self._pending:
+                batch, self._pending = self._pending, []
+                completions = sum(1 for o in batch if o.err is None)
+                # Replacements for the handlers this batch frees, and no
+                # more: the bound on what a lost reply can leave claimed.
+                finish_n = 0 if stopping else max(0, min(self._free(), completions))
+                self._asked += finish_n
+                finish = asyncio.create_task(self._finish(batch, finish_n))
+                finish.add_done_callback(lambda _: wake.set())
+            if stopping and claim is not None and not claim.done():
+                claim.cancel()  # abandon the long-poll
+            if stopping and self._busy == 0 and claim is None and finish is None and not self._pending:
+                return
+            if drain_until is not None and now >= drain_until and not self._hard_stop and self._handlers:
+                log.warning("drain timeout: cancelling the %d jobs still running", len(self._handlers))
+                self._hard_stop = True
+                for _, task in list(self._handlers.values()):
+                    task.cancel()  # _run_job fails the job at once
+            timeout: float | None = None
+            if retry_at > now and not stopping:
+                timeout = retry_at - now
+            if drain_until is not None and not self._hard_stop:
+                timeout = max(0.0, drain_until - now) if timeout is None else min(timeout, drain_until - now)
+            try:
+                await asyncio.wait_for(wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            wake.clear()
+            # Both calls may have ended in one wake-up: take each (no
+            # continue here, or the other's wake-up would be lost).
+            if claim is not None and claim.done():
+                self._asked -= claim_n
+                done_claim, claim = claim, None
+                err = None if done_claim.cancelled() else done_claim.exception()
+                if done_claim.cancelled():
+                    pass  # abandoned on stop
+                elif err is None:
+                    answered = True
+                    pause = 0.1
+                    self._start(done_claim.result())  # even when stopping: they are claimed
+                else:
+                    answered = answered or isinstance(err, APIError)
+                    if self._stopping.is_set():
+                        pass
+                    elif not answered and self.start_timeout is not None and \
+                            time.monotonic() - began >= self.start_timeout:
+                        log.error("the server never answered; stopping: %s", err)
+                        self._fatal = TransportError(
+                            f"fenceq: worker: no answer from {self.client.base_url} within {self.start_timeout:g}s: {err}")
+                        self.stop()
+                    elif isinstance(err, APIError) and not err.transient:
+                        log.error("claim refused; stopping: %s", err)
+                        self._fatal = err
+                        self.stop()
+                    else:
+                        log.warning("claim failed; trying again in %.1fs: %s", pause, err)
+                        retry_at = time.monotonic() + pause
+                        pause = min(2 * pause, 5.0)
+            if finish is not None and finish.done():
+                self._asked -= finish_n
+                done_finish, finish = finish, None
+                self._start(done_finish.result())
 
     async def _run_job(self, job: Job) -> None:
         ctx = JobContext(self.client, self.name, job)
+        try:
+            outcome = await self._run_handler(ctx)
+        finally:
+            self._busy -= 1
+            self._handlers.pop(ctx.id, None)
+            assert self._wake is not None
+            self._wake.set()
+        if outcome is not None:
+            self._pending.append(outcome)
+
+    async def _run_handler(self, ctx: JobContext) -> _Outcome | None:
+        """Run the handler with heartbeats; None when the claim was lost
+        (reported here), else the outcome to send."""
         handler_task: asyncio.Future[Any]
         try:
             if self.blocking:
@@ -222,70 +325,148 @@ class Worker:
         except Exception as e:  # the job fails with it, like a handler's own error
             handler_task = asyncio.get_running_loop().create_future()
             handler_task.set_exception(e)
+        self._handlers[ctx.id] = (ctx, handler_task)
+        if self._hard_stop:
+            handler_task.cancel()
         beat = asyncio.create_task(self._heartbeat(ctx, handler_task))
-        stopped = False
+        value: Any = None
+        err: BaseException | None = None
         try:
-            try:
-                value = await asyncio.shield(handler_task)
-                err: BaseException | None = None
-            except asyncio.CancelledError:
-                if handler_task.cancelled() and ctx.lost:
-                    raise ClaimLost(f"fenceq: job {ctx.id}: claim lost") from None
-                # the drain timeout cancelled this job: stop the handler, fail the job at once
-                stopped = True
-                handler_task.cancel()
-                await asyncio.gather(handler_task, return_exceptions=True)
-                value, err = None, Failure("fenceq: worker stopped before the job finished", retry_after=0)
-            except ClaimLost as e:
-                ctx._mark_lost()
-                raise e
-            except Exception as e:
-                value, err = None, e
-        except ClaimLost as e:
-            beat.cancel()
-            log.warning("job %d: claim lost; its outcome is dropped", ctx.id)
-            self._report(Done(job, "lost", e))
-            return
+            value = await handler_task
+        except asyncio.CancelledError:
+            if not ctx.lost:
+                # the drain timeout cancelled this job: fail it at once
+                err = Failure("fenceq: worker stopped before the job finished", retry_after=0)
+        except ClaimLost:
+            ctx._mark_lost()
+        except Exception as e:
+            err = e
         beat.cancel()
         await asyncio.gather(beat, return_exceptions=True)
         if ctx.lost:
-            self._report(Done(job, "lost", ClaimLost(f"fenceq: job {ctx.id}: claim lost")))
-            return
-        try:
-            if err is None:
-                creq: CompleteRequest = {"worker": self.name, "fencing_token": ctx.token, "result": value}
-                stored = await self._deliver(lambda: self.client.complete(ctx.id, creq))
-                self._report(Done(job, "completed", None, stored))
-            else:
-                freq: FailRequest = {"worker": self.name, "fencing_token": ctx.token, "error": str(err)[:4000]}
-                if isinstance(err, Failure):
-                    if err.retry_after is not None:
-                        freq["retry_delay_ms"] = int(err.retry_after * 1000)
-                    if err.final:
-                        freq["final"] = True
-                stored = await self._deliver(lambda: self.client.fail(ctx.id, freq))
-                self._report(Done(job, "failed", err, stored))
-        except APIError as e:
-            if e.claim_lost:
-                log.warning("job %d: claim lost: %s", ctx.id, e)
-                self._report(Done(job, "lost", e))
-            else:
-                log.error("job %d: %s", ctx.id, e)
-                self._report(Done(job, "unknown", e))
-        except Exception as e:
-            log.error("job %d: could not deliver the outcome: %s", ctx.id, e)
-            self._report(Done(job, "unknown", e))
-        if stopped:
-            raise asyncio.CancelledError
+            log.warning("job %d: claim lost; its outcome is dropped", ctx.id)
+            self._report(Done(ctx.job, "lost", ClaimLost(f"fenceq: job {ctx.id}: claim lost")))
+            return None
+        if err is None:
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as e:
+                err = TypeError(f"fenceq: the handler's result cannot be sent as JSON: {e}")
+        return _Outcome(ctx, value, err)
 
-    async def _deliver(self, call: Callable[[], Awaitable[Job]]) -> Job:
+    async def _finish(self, batch: list[_Outcome], claim_max: int) -> list[Job]:
+        """Send a batch of outcomes: the completions (with claim_next for
+        claim_max jobs), then the failures; report each job; return the
+        jobs claim_next claimed. Never raises."""
+        next_jobs: list[Job] = []
+        completes = [o for o in batch if o.err is None]
+        fails = [o for o in batch if o.err is not None]
+        lease_ms = int(self.lease * 1000)
+        for i in range(0, len(completes), MAX_BATCH):
+            chunk = completes[i:i + MAX_BATCH]
+            items: list[BatchCompleteRequestJobsItem] = [
+                {"id": o.ctx.id, "fencing_token": o.ctx.token, "result": o.value} for o in chunk]
+            attempts = 0
+
+            async def complete(items: list[BatchCompleteRequestJobsItem] = items) -> BatchResult:
+                nonlocal attempts
+                req: BatchCompleteRequest = {"worker": self.name, "jobs": items}
+                # A repeat asks for no replacements: an applied first try
+                # must not leave more claimed jobs nobody knows of.
+                if attempts == 0 and claim_max > 0:
+                    req["claim_next"] = {"queues": self.queues, "lease_ms": lease_ms, "max": claim_max}
+                attempts += 1
+                return await self.client.complete_many(req)
+
+            try:
+                res = await self._deliver(complete)
+            except Exception as e:
+                for o in chunk:
+                    self._undelivered(o, e)
+                claim_max = 0
+                continue
+            claim_max = 0
+            next_jobs += res.get("next_jobs") or []
+            for o, r in zip(chunk, res["results"]):
+                if "job" in r:
+                    self._report(Done(o.ctx.job, "completed", None, r["job"]))
+                    continue
+                ie = _item_error(r, "completeBatch")
+                if ie.claim_lost:
+                    if attempts > 1 and await self._completed_by_us(o.ctx):
+                        self._report(Done(o.ctx.job, "completed"))  # the first try was applied
+                    else:
+                        log.warning("job %d: completion refused: the claim was lost: %s", o.ctx.id, ie)
+                        self._report(Done(o.ctx.job, "lost", ie))
+                elif ie.transient:
+                    self._undelivered(o, ie)
+                else:
+                    # The server refuses the completion itself (a result
+                    # too large): fail the attempt rather than let it expire.
+                    o.err = ie
+                    fails.append(o)
+        for i in range(0, len(fails), MAX_BATCH):
+            fchunk = fails[i:i + MAX_BATCH]
+            fitems: list[BatchFailRequestJobsItem] = []
+            for o in fchunk:
+                item: BatchFailRequestJobsItem = {"id": o.ctx.id, "fencing_token": o.ctx.token,
+                                                  "error": str(o.err)[:4000]}
+                if isinstance(o.err, Failure):
+                    if o.err.retry_after is not None:
+                        item["retry_delay_ms"] = int(o.err.retry_after * 1000)
+                    if o.err.final:
+                        item["final"] = True
+                fitems.append(item)
+
+            async def fail(items: list[BatchFailRequestJobsItem] = fitems) -> BatchResult:
+                return await self.client.fail_many({"worker": self.name, "jobs": items})
+
+            try:
+                res = await self._deliver(fail)
+            except Exception as e:
+                for o in fchunk:
+                    self._undelivered(o, e)
+                continue
+            for o, r in zip(fchunk, res["results"]):
+                if "job" in r:
+                    self._report(Done(o.ctx.job, "failed", o.err, r["job"]))
+                    continue
+                fe = _item_error(r, "failBatch")
+                if fe.claim_lost:
+                    log.warning("job %d: failure refused: the claim was lost: %s", o.ctx.id, fe)
+                    self._report(Done(o.ctx.job, "lost", fe))
+                else:
+                    self._undelivered(o, fe)
+        return next_jobs
+
+    def _undelivered(self, o: _Outcome, e: BaseException) -> None:
+        if isinstance(e, APIError) and e.claim_lost:
+            log.warning("job %d: claim lost: %s", o.ctx.id, e)
+            self._report(Done(o.ctx.job, "lost", e))
+        else:
+            log.error("job %d: could not deliver the outcome: %s", o.ctx.id, e)
+            self._report(Done(o.ctx.job, "unknown", e))
+
+    async def _completed_by_us(self, ctx: JobContext) -> bool:
+        """Whether the job is completed by this claim: only its holder could
+        complete it with its token."""
+        try:
+            j = await self.client.get_job(ctx.id)
+        except Exception:
+            return False
+        return j.get("state") == "completed" and j.get("attempts") == ctx.token
+
+    async def _deliver(self, call: Callable[[], Awaitable[BatchResult]]) -> BatchResult:
         """Send call until it gets an answer, for at most max(lease, 5 s):
         fenced calls are safe to repeat (a repeat of an applied one is refused)."""
         deadline = time.monotonic() + max(self.lease, 5.0)
         pause = 0.05
         while True:
             try:
-                return await call()
+                res = await call()
+                if not isinstance(res, dict) or not isinstance(res.get("results"), list):
+                    raise TransportError("fenceq: a batch answer without results")
+                return res
             except Exception as e:
                 if not transient(e) or time.monotonic() + pause > deadline:
                     raise
@@ -321,6 +502,18 @@ class Worker:
     def _report(self, d: Done) -> None:
         if self.on_done is not None:
             self.on_done(d)
+
+
+_CODE_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
+                "failed_precondition": 409, "already_exists": 409, "resource_exhausted": 413, "unavailable": 503}
+
+
+def _item_error(r: BatchResultResultsItem, operation: str) -> APIError:
+    """A refused item of a batch as the error the single call would have raised."""
+    e = r.get("error")
+    code = str(e.get("code", "")) if e else ""
+    message = str(e.get("message", "")) if e else "an item with neither a job nor an error"
+    return APIError(_CODE_STATUS.get(code, 500), code, message, f"{operation} (job {r.get('id')})")
 
 
 async def _first(*aws: Awaitable[Any]) -> None:

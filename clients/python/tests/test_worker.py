@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -251,4 +252,145 @@ def test_a_plain_function_without_blocking_fails_the_job_with_a_clear_error(serv
         assert [d.outcome for d in stop.dones] == ["failed"]
         j = await c.get_job(job["id"])
         assert j["state"] != "claimed" and "blocking=True" in str(j.get("last_error", j))
+    run(main())
+
+
+def _route_counts(metrics: str) -> dict[str, int]:
+    """Requests per route (all statuses) from the server's /metrics."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        if line.startswith("fenceq_http_request_duration_seconds_count{"):
+            labels, _, value = line.rpartition(" ")
+            route = labels.split('route="', 1)[1].split('"', 1)[0]
+            counts[route] = counts.get(route, 0) + int(float(value))
+    return counts
+
+
+def test_completions_go_out_in_batches_that_claim_the_next_jobs(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        ids = {(await c.enqueue({"queue": "batch", "payload": i}))["id"] for i in range(60)}
+
+        async def handler(ctx: JobContext) -> Any:
+            return ctx.payload
+
+        stop = StopAfter(60)
+        w = Worker(c, handler, queues=["batch"], concurrency=8, lease=5, wait=1, on_done=stop)
+        stop.worker = w
+        await w.run()
+        assert sorted(d.job["id"] for d in stop.dones) == sorted(ids)
+        assert {d.outcome for d in stop.dones} == {"completed"}
+        for i in ids:
+            assert (await c.get_job(i))["state"] == "completed"
+    run(main())
+    with urllib.request.urlopen(server + "/metrics") as r:  # text, not JSON
+        counts = _route_counts(r.read().decode())
+    assert counts.get("/v1/jobs/:id", 0) >= 60, counts  # the route names are echo's templates
+    # No completion went out alone; fewer batches and claims than jobs:
+    # claim_next took the next jobs with the completions.
+    assert counts.get("/v1/jobs/:id/complete", 0) == 0, counts
+    assert 0 < counts.get("/v1/jobs/complete", 0) < 60, counts
+    assert counts.get("/v1/claim", 0) < 60, counts
+
+
+class CountingProxy:
+    """A TCP proxy to the server that counts the connections made to it
+    and can cut them all (as a server's idle timeout or restart would)."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.removeprefix("http://").partition(":")
+        self.host, self.port = host, int(port)
+        self.accepted = 0
+        self.writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        ur, uw = await asyncio.open_connection(self.host, self.port)
+        self.writers += [w, uw]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except OSError:
+                pass
+            finally:
+                dst.close()
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+    def cut(self) -> None:
+        for w in self.writers:
+            w.close()
+        self.writers = []
+
+
+def test_calls_share_one_kept_alive_connection_and_a_cut_one_is_replaced(server: str) -> None:
+    async def main() -> None:
+        proxy = CountingProxy(server)
+        c = Client(await proxy.start())
+        job = await c.enqueue({"queue": "ka"})
+        for _ in range(30):
+            assert (await c.get_job(job["id"]))["id"] == job["id"]
+        assert proxy.accepted == 1, f"{proxy.accepted} connections for 31 calls one after the other"
+        # Four at once: one connection each, kept for the next four.
+        await asyncio.gather(*(c.get_job(job["id"]) for _ in range(4)))
+        await asyncio.gather(*(c.get_job(job["id"]) for _ in range(4)))
+        assert proxy.accepted <= 4, proxy.accepted
+        before = proxy.accepted
+        proxy.cut()  # every idle connection is closed by the other side
+        await asyncio.sleep(0.05)
+        assert (await c.get_job(job["id"]))["id"] == job["id"]
+        assert proxy.accepted == before + 1
+        c.close()
+        proxy.server.close()
+    run(main())
+
+
+def test_a_worker_whose_server_never_answers_stops_naming_the_url() -> None:
+    async def main() -> None:
+        async def handler(ctx: JobContext) -> Any:
+            return None
+
+        w = Worker(Client("http://127.0.0.1:9"), handler, start_timeout=0.5, wait=1)
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="http://127.0.0.1:9"):
+            await w.run()
+        assert time.monotonic() - t0 < 10
+    run(main())
+
+
+def test_a_refused_item_of_a_batched_completion_is_lost_and_the_others_complete(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        a = await c.enqueue({"queue": "items", "payload": "a"})
+        b = await c.enqueue({"queue": "items", "payload": "b"})
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def handler(ctx: JobContext) -> Any:
+            started.append(ctx.id)
+            await release.wait()
+            return ctx.payload
+
+        stop = StopAfter(2)
+        # A 30 s lease: no heartbeat comes before the batch, so only the
+        # completion can find job a's claim gone.
+        w = Worker(c, handler, queues=["items"], concurrency=2, lease=30, wait=1, on_done=stop)
+        stop.worker = w
+        run_task = asyncio.create_task(w.run())
+        while len(started) < 2:
+            await asyncio.sleep(0.01)
+        await c.call("cancel", id=a["id"])
+        release.set()  # both return at once: one batch
+        await run_task
+        outcomes = {d.job["id"]: d.outcome for d in stop.dones}
+        assert outcomes == {a["id"]: "lost", b["id"]: "completed"}, outcomes
+        ja, jb = await c.get_job(a["id"]), await c.get_job(b["id"])
+        assert ja["state"] == "cancelled" and ja.get("result") is None, ja
+        assert jb["state"] == "completed" and jb.get("result") == "b", jb
     run(main())

@@ -99,8 +99,15 @@ export class Client {
     body?: unknown,
     opts: { timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<{ status: number; body: unknown }> {
-    const timeout = AbortSignal.timeout(opts.timeoutMs ?? this.timeoutMs);
-    const signal = opts.signal ? AbortSignal.any([timeout, opts.signal]) : timeout;
+    // One controller per call for the timeout and the caller's signal: not
+    // AbortSignal.any, whose signals a long-lived source (the worker's
+    // stop) keeps alive.
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new DOMException("the call timed out", "TimeoutError")), opts.timeoutMs ?? this.timeoutMs);
+    const onAbort = () => ctl.abort(opts.signal?.reason);
+    if (opts.signal?.aborted) onAbort();
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    const signal = ctl.signal;
     const headers = { ...this.headers };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let res: Response;
@@ -118,6 +125,9 @@ export class Client {
       throw new TransportError(`fenceq: ${operation}: cannot reach ${this.baseUrl}: ${String((e as Error).cause ?? e)}`, {
         cause: e,
       });
+    } finally {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
     }
     let decoded: unknown = undefined;
     if (text) {
@@ -161,6 +171,16 @@ export class Client {
 
   async fail(id: number, req: FailRequest): Promise<Job> {
     return (await this.call("fail", "POST", `/v1/jobs/${id}/fail`, req)).body as Job;
+  }
+
+  /** Complete several claims in one call and one transaction (POST /v1/jobs/complete); each item is decided as complete() would be, and claim_next claims more jobs in the same transaction. */
+  async completeMany(req: S["BatchCompleteRequest"]): Promise<S["BatchResult"]> {
+    return (await this.call("completeBatch", "POST", "/v1/jobs/complete", req)).body as S["BatchResult"];
+  }
+
+  /** Fail several claims in one call and one transaction (POST /v1/jobs/fail). */
+  async failMany(req: S["BatchFailRequest"]): Promise<S["BatchResult"]> {
+    return (await this.call("failBatch", "POST", "/v1/jobs/fail", req)).body as S["BatchResult"];
   }
 
   async cancel(id: number): Promise<Job> {
@@ -215,7 +235,36 @@ export interface WorkerOptions {
   waitMs?: number;
   /** How long a stop lets running jobs finish before aborting them. Default 30000. */
   drainTimeoutMs?: number;
+  /**
+   * When the server has not answered any claim for this long since run()
+   * began (a wrong URL, nothing listening), run() rejects with the
+   * TransportError naming the URL. Default: keep trying.
+   */
+  startTimeoutMs?: number;
   onDone?: (d: Done) => void;
+}
+
+/** A handler's answer, waiting to be sent. */
+interface Pending {
+  job: Job;
+  token: number;
+  value: unknown;
+  err: unknown; // undefined: completed
+  failed: boolean;
+  stopped: boolean; // cut short by the drain timeout
+}
+
+const MAX_BATCH = 1000; // the most jobs one batched call may carry
+
+const codeStatus: Record<string, number> = {
+  invalid_argument: 400, unauthenticated: 401, permission_denied: 403, not_found: 404,
+  failed_precondition: 409, already_exists: 409, resource_exhausted: 413, unavailable: 503,
+};
+
+/** A refused item of a batch as the error the single call would have thrown. */
+function itemError(r: S["BatchResult"]["results"][number], operation: string): APIError {
+  const code = r.error?.code ?? "";
+  return new APIError(codeStatus[code] ?? 500, code, r.error?.message ?? "an item with neither a job nor an error", `${operation} (job ${r.id})`);
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -233,6 +282,12 @@ const sleep = (ms: number, signal?: AbortSignal) =>
  * Runs handler on jobs claimed through client. A handler's returned value
  * completes the job; a throw fails it (see Failure). When a heartbeat is
  * refused its signal aborts and its outcome is dropped: nothing is reported.
+ *
+ * Outcomes go out in batches, as the Go Worker's do: one completion call
+ * at a time carries every completion that came in meanwhile (POST
+ * /v1/jobs/complete, each item with its own token and its own answer) and
+ * claims replacements for the handlers it frees in the same transaction
+ * (claim_next); failures go out the same way (POST /v1/jobs/fail).
  */
 export class Worker {
   readonly name: string;
@@ -242,9 +297,13 @@ export class Worker {
   private readonly waitMs: number;
   private readonly drainTimeoutMs: number;
   private readonly stopping = new AbortController();
-  private readonly running = new Set<Promise<void>>();
-  private readonly hardStop = new AbortController();
+  private hardStopped = false;
+  private readonly jobAborts = new Set<AbortController>(); // the running handlers' signals
   private fatal: unknown = undefined;
+  private busy = 0; // handlers running
+  private asked = 0; // jobs asked for by calls in flight
+  private pending: Pending[] = [];
+  private wakeUp: () => void = () => {};
 
   constructor(
     readonly client: Client,
@@ -263,9 +322,10 @@ export class Worker {
   /** Stop claiming; run() drains the running jobs, then resolves. */
   stop(): void {
     this.stopping.abort();
+    this.wakeUp();
   }
 
-  /** Claim and run jobs until stop() (or SIGTERM/SIGINT with handleSignals). Rejects when the server refuses the claim itself. */
+  /** Claim and run jobs until stop() (or SIGTERM/SIGINT with handleSignals). Rejects when the server refuses the claim itself, or never answered within startTimeoutMs. */
   async run(opts: { handleSignals?: boolean } = {}): Promise<void> {
     const onSignal = () => this.stop();
     if (opts.handleSignals) {
@@ -273,8 +333,7 @@ export class Worker {
       process.on("SIGINT", onSignal);
     }
     try {
-      await this.claimLoop();
-      await this.drain();
+      await this.loop();
     } finally {
       if (opts.handleSignals) {
         process.off("SIGTERM", onSignal);
@@ -284,74 +343,143 @@ export class Worker {
     if (this.fatal !== undefined) throw this.fatal;
   }
 
-  private async claimLoop(): Promise<void> {
-    let pause = 100;
+  private free(): number {
+    return this.concurrency - this.busy - this.asked;
+  }
+
+  private start(jobs: Job[]): void {
+    for (const job of jobs) {
+      this.busy++;
+      void this.runJob(job).then((o) => {
+        this.busy--;
+        if (o) this.pending.push(o);
+        this.wakeUp();
+      });
+    }
+  }
+
+  /**
+   * One loop owns the worker's state: one long-poll claim at a time for
+   * the free handlers, one finish call at a time for the outcomes that
+   * came in, and the drain.
+   */
+  private async loop(): Promise<void> {
     const stop = this.stopping.signal;
-    const stopped = new Promise<void>((r) => stop.addEventListener("abort", () => r(), { once: true }));
-    while (!stop.aborted) {
-      const free = this.concurrency - this.running.size;
-      if (free <= 0) {
-        await Promise.race([...this.running, stopped]); // one listener on stop, not one per wait
-        continue;
+    let claim: Promise<void> | undefined;
+    let finish: Promise<void> | undefined;
+    let retryAt = 0;
+    let pause = 100;
+    let answered = false;
+    const began = Date.now();
+    let drainUntil: number | undefined;
+    for (;;) {
+      const stopping = stop.aborted;
+      const now = Date.now();
+      if (stopping && drainUntil === undefined) drainUntil = now + this.drainTimeoutMs;
+      // Claim for free handlers unless a finish call is about to claim
+      // replacements for them in its own transaction.
+      if (!stopping && !claim && now >= retryAt && this.free() > 0 && !finish && this.pending.length === 0) {
+        const n = this.free();
+        this.asked += n;
+        claim = this.client
+          .claim({ worker: this.name, queues: this.queues, lease_ms: this.leaseMs, wait_ms: this.waitMs, max: n }, stop)
+          .then(
+            (jobs) => {
+              answered = true;
+              pause = 100;
+              this.start(jobs); // even when stopping: they are claimed
+            },
+            (e: unknown) => {
+              answered ||= e instanceof APIError;
+              if (stop.aborted) return; // the long-poll is abandoned
+              const startTimeout = this.options.startTimeoutMs;
+              if (!answered && startTimeout !== undefined && Date.now() - began >= startTimeout) {
+                this.fatal = new TransportError(
+                  `fenceq: worker: no answer from ${this.client.baseUrl} within ${startTimeout} ms: ${(e as Error).message}`,
+                  { cause: e },
+                );
+                this.stop();
+              } else if (e instanceof APIError && !e.transient) {
+                this.fatal = e;
+                this.stop();
+              } else {
+                retryAt = Date.now() + pause;
+                pause = Math.min(2 * pause, 5000);
+              }
+            },
+          )
+          .finally(() => {
+            this.asked -= n;
+            claim = undefined;
+            this.wakeUp();
+          });
       }
-      let jobs: Job[];
-      try {
-        jobs = await this.client.claim(
-          { worker: this.name, queues: this.queues, lease_ms: this.leaseMs, wait_ms: this.waitMs, max: free },
-          stop,
-        );
-      } catch (e) {
-        if (stop.aborted) break; // the long-poll is abandoned
-        if (e instanceof APIError && !e.transient) {
-          this.fatal = e;
-          this.stop();
-          break;
-        }
-        await sleep(pause, stop);
-        pause = Math.min(2 * pause, 5000);
-        continue;
+      if (!finish && this.pending.length > 0) {
+        const batch = this.pending;
+        this.pending = [];
+        const completions = batch.filter((o) => !o.failed).length;
+        // Replacements for the handlers this batch frees, and no more:
+        // the bound on what a lost reply can leave claimed.
+        const n = stopping ? 0 : Math.max(0, Math.min(this.free(), completions));
+        this.asked += n;
+        finish = this.finish(batch, n).then((next) => {
+          this.asked -= n;
+          finish = undefined;
+          this.start(next);
+          this.wakeUp();
+        });
       }
-      pause = 100;
-      for (const job of jobs) {
-        const p: Promise<void> = this.runJob(job).finally(() => this.running.delete(p));
-        this.running.add(p);
+      if (stopping && this.busy === 0 && !claim && !finish && this.pending.length === 0) return;
+      if (drainUntil !== undefined && now >= drainUntil && !this.hardStopped && this.busy > 0) {
+        this.hardStopped = true;
+        for (const a of this.jobAborts) a.abort(new Error("fenceq: worker stopped before the job finished"));
       }
+      let wait: number | undefined;
+      if (retryAt > now && !stopping) wait = retryAt - now;
+      if (drainUntil !== undefined && !this.hardStopped) wait = Math.max(0, Math.min(wait ?? Infinity, drainUntil - now));
+      await new Promise<void>((resolve) => {
+        const t = wait === undefined ? undefined : setTimeout(resolve, wait);
+        this.wakeUp = () => {
+          clearTimeout(t);
+          this.wakeUp = () => {};
+          resolve();
+        };
+      });
     }
   }
 
-  private async drain(): Promise<void> {
-    if (this.running.size === 0) return;
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<boolean>((r) => (timer = setTimeout(() => r(true), this.drainTimeoutMs)));
-    const drained = Promise.all([...this.running]).then(() => false);
-    if (await Promise.race([drained, timedOut])) {
-      this.hardStop.abort(new Error("fenceq: worker stopped before the job finished"));
-    }
-    clearTimeout(timer);
-    await Promise.all([...this.running]);
-  }
-
-  private async runJob(job: Job): Promise<void> {
+  /** Runs the handler with heartbeats: undefined when the claim was lost (reported here), else the outcome to send. */
+  private async runJob(job: Job): Promise<Pending | undefined> {
     const token = job.fencing_token ?? job.attempts;
-    const lost = new AbortController();
-    const signal = AbortSignal.any([lost.signal, this.hardStop.signal]);
+    // The handler's signal: aborted with a ClaimLost when the claim is
+    // lost, or with an Error when the drain deadline passed.
+    const abort = new AbortController();
+    const signal = abort.signal;
+    let claimLost: ClaimLost | undefined;
+    const lose = (err: ClaimLost) => {
+      claimLost ??= err;
+      abort.abort(err);
+    };
+    this.jobAborts.add(abort);
+    if (this.hardStopped) abort.abort(new Error("fenceq: worker stopped before the job finished"));
     const ctx: JobContext = {
       id: job.id,
       token,
       worker: this.name,
       signal,
       check: async () => {
-        if (lost.signal.aborted || !(await this.client.check(job.id, token))) {
-          const err = new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
-          lost.abort(err);
+        if (claimLost || !(await this.client.check(job.id, token))) {
+          const err = claimLost ?? new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
+          lose(err);
           throw err;
         }
       },
     };
     const beatStop = new AbortController();
-    const beat = this.heartbeat(job.id, token, lost, beatStop.signal);
+    const beat = this.heartbeat(job.id, token, lose, beatStop.signal);
     let value: unknown;
     let err: unknown = undefined;
+    let failed = false;
     const aborted = new Promise<never>((_, reject) =>
       signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
     );
@@ -360,41 +488,135 @@ export class Worker {
       value = await Promise.race([this.handler(job, ctx), aborted]);
     } catch (e) {
       err = e;
+      failed = true;
     }
     beatStop.abort();
     await beat;
-    if (lost.signal.aborted || err instanceof ClaimLost) {
-      this.report({ job, outcome: "lost", error: lost.signal.reason ?? err });
-      return;
+    this.jobAborts.delete(abort);
+    if (claimLost || err instanceof ClaimLost) {
+      this.report({ job, outcome: "lost", error: claimLost ?? err });
+      return undefined;
     }
-    try {
-      if (err === undefined) {
-        const req: CompleteRequest = { worker: this.name, fencing_token: token, result: value ?? null };
-        const stored = await this.deliver(() => this.client.complete(job.id, req));
-        this.report({ job, outcome: "completed", stored });
-      } else {
-        const req: FailRequest = { worker: this.name, fencing_token: token, error: String((err as Error)?.message ?? err).slice(0, 4000) };
-        if (err instanceof Failure) {
-          if (err.options.retryAfterMs !== undefined) req.retry_delay_ms = err.options.retryAfterMs;
-          if (err.options.final) req.final = true;
-        } else if (this.hardStop.signal.aborted) {
-          req.retry_delay_ms = 0; // stopped: another worker takes it at once
-        }
-        const stored = await this.deliver(() => this.client.fail(job.id, req));
-        this.report({ job, outcome: "failed", error: err, stored });
+    if (!failed) {
+      try {
+        JSON.stringify(value ?? null);
+      } catch (e) {
+        err = new Error(`fenceq: the handler's result cannot be sent as JSON: ${(e as Error).message}`);
+        failed = true;
       }
-    } catch (e) {
-      this.report({ job, outcome: e instanceof APIError && e.claimLost ? "lost" : "unknown", error: e });
+    }
+    return { job, token, value: value ?? null, err, failed, stopped: this.hardStopped };
+  }
+
+  /** Sends a batch of outcomes (completions with claim_next for claimMax jobs, then failures), reports each job, returns the jobs claim_next claimed. Never throws. */
+  private async finish(batch: Pending[], claimMax: number): Promise<Job[]> {
+    const next: Job[] = [];
+    const completes = batch.filter((o) => !o.failed);
+    const fails = batch.filter((o) => o.failed);
+    for (let i = 0; i < completes.length; i += MAX_BATCH) {
+      const chunk = completes.slice(i, i + MAX_BATCH);
+      const jobs = chunk.map((o) => ({ id: o.job.id, fencing_token: o.token, result: o.value }));
+      let attempts = 0;
+      const max = claimMax;
+      claimMax = 0;
+      let res: S["BatchResult"];
+      try {
+        res = await this.deliver(() => {
+          // A repeat asks for no replacements: an applied first try must
+          // not leave more claimed jobs nobody knows of.
+          const claimNext: S["ClaimNext"] | undefined =
+            attempts === 0 && max > 0 ? { queues: this.queues, lease_ms: this.leaseMs, max } : undefined;
+          attempts++;
+          const req: S["BatchCompleteRequest"] = claimNext ? { worker: this.name, jobs, claim_next: claimNext } : { worker: this.name, jobs };
+          return this.client.completeMany(req);
+        });
+      } catch (e) {
+        for (const o of chunk) this.undelivered(o, e);
+        continue;
+      }
+      next.push(...(res.next_jobs ?? []));
+      for (const [k, o] of chunk.entries()) {
+        const r = res.results[k]!;
+        if (r.job) {
+          this.report({ job: o.job, outcome: "completed", stored: r.job });
+          continue;
+        }
+        const e = itemError(r, "completeBatch");
+        if (e.claimLost) {
+          if (attempts > 1 && (await this.completedByUs(o.job.id, o.token))) {
+            this.report({ job: o.job, outcome: "completed" }); // the first try was applied
+          } else {
+            this.report({ job: o.job, outcome: "lost", error: e });
+          }
+        } else if (e.transient) {
+          this.undelivered(o, e);
+        } else {
+          // The server refuses the completion itself (a result too large):
+          // fail the attempt rather than let it expire.
+          fails.push({ ...o, err: e, failed: true });
+        }
+      }
+    }
+    for (let i = 0; i < fails.length; i += MAX_BATCH) {
+      const chunk = fails.slice(i, i + MAX_BATCH);
+      const jobs = chunk.map((o) => {
+        const item: S["BatchFailRequest"]["jobs"][number] = {
+          id: o.job.id,
+          fencing_token: o.token,
+          error: String((o.err as Error)?.message ?? o.err).slice(0, 4000),
+        };
+        if (o.err instanceof Failure) {
+          if (o.err.options.retryAfterMs !== undefined) item.retry_delay_ms = o.err.options.retryAfterMs;
+          if (o.err.options.final) item.final = true;
+        } else if (o.stopped) {
+          item.retry_delay_ms = 0; // stopped: another worker takes it at once
+        }
+        return item;
+      });
+      let res: S["BatchResult"];
+      try {
+        res = await this.deliver(() => this.client.failMany({ worker: this.name, jobs }));
+      } catch (e) {
+        for (const o of chunk) this.undelivered(o, e);
+        continue;
+      }
+      for (const [k, o] of chunk.entries()) {
+        const r = res.results[k]!;
+        if (r.job) {
+          this.report({ job: o.job, outcome: "failed", error: o.err, stored: r.job });
+          continue;
+        }
+        const e = itemError(r, "failBatch");
+        if (e.claimLost) this.report({ job: o.job, outcome: "lost", error: e });
+        else this.undelivered(o, e);
+      }
+    }
+    return next;
+  }
+
+  private undelivered(o: Pending, e: unknown): void {
+    this.report({ job: o.job, outcome: e instanceof APIError && e.claimLost ? "lost" : "unknown", error: e });
+  }
+
+  /** Whether the job is completed by the claim with token: only its holder could complete it with its token. */
+  private async completedByUs(id: number, token: number): Promise<boolean> {
+    try {
+      const j = await this.client.getJob(id);
+      return j.state === "completed" && j.attempts === token;
+    } catch {
+      return false;
     }
   }
 
   /** Send call until it gets an answer, for at most max(lease, 5 s): fenced calls are safe to repeat. */
-  private async deliver<T>(call: () => Promise<T>): Promise<T> {
+  private async deliver(call: () => Promise<S["BatchResult"]>): Promise<S["BatchResult"]> {
     const deadline = Date.now() + Math.max(this.leaseMs, 5000);
     let pause = 50;
     for (;;) {
       try {
-        return await call();
+        const res = await call();
+        if (!Array.isArray(res?.results)) throw new TransportError("fenceq: a batch answer without results");
+        return res;
       } catch (e) {
         if (!isTransient(e) || Date.now() + pause > deadline) throw e;
         await sleep(pause);
@@ -404,7 +626,7 @@ export class Worker {
   }
 
   /** Every lease/3 until stop: a refusal, or a lease run out without an answer, aborts lost. */
-  private async heartbeat(id: number, token: number, lost: AbortController, stop: AbortSignal): Promise<void> {
+  private async heartbeat(id: number, token: number, lose: (err: ClaimLost) => void, stop: AbortSignal): Promise<void> {
     let expires = Date.now() + this.leaseMs;
     for (;;) {
       await sleep(this.leaseMs / 3, stop);
@@ -415,12 +637,12 @@ export class Worker {
         continue;
       } catch (e) {
         if (e instanceof APIError && !e.transient) {
-          lost.abort(new ClaimLost(`fenceq: job ${id}: heartbeat refused: ${e.message}`));
+          lose(new ClaimLost(`fenceq: job ${id}: heartbeat refused: ${e.message}`));
           return;
         }
       }
       if (Date.now() >= expires) {
-        lost.abort(new ClaimLost(`fenceq: job ${id}: the lease ran out without a heartbeat`));
+        lose(new ClaimLost(`fenceq: job ${id}: the lease ran out without a heartbeat`));
         return;
       }
     }
