@@ -109,13 +109,14 @@ func isRPC(path string) bool {
 
 // rpcFront serves the protobuf API.
 type rpcFront struct {
-	s      *Server
-	mux    *http.ServeMux
-	errors *connect.ErrorWriter
+	s       *Server
+	mux     *http.ServeMux
+	errors  *connect.ErrorWriter
+	workers rpcWorkers // the calls that come over HTTP/2 (rpcworkers.go)
 }
 
 func (s *Server) initRPC() {
-	f := &rpcFront{s: s, mux: http.NewServeMux()}
+	f := &rpcFront{s: s, mux: http.NewServeMux(), workers: rpcWorkers{work: make(chan *rpcTask), idle: rpcWorkerIdle}}
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Replies smaller than this go out uncompressed even to a client
@@ -222,9 +223,15 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(apiErr)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		fb := new(frameBody)
+		fb.Reset(body)
+		r.Body = fb
 	}
-	f.mux.ServeHTTP(&call.w, r)
+	if known && r.ProtoMajor == 2 {
+		f.workers.run(func() { f.mux.ServeHTTP(&call.w, r) })
+	} else {
+		f.mux.ServeHTTP(&call.w, r)
+	}
 	if call.status == http.StatusOK {
 		// Neither a refusal above nor a handler's error (rpcErrors): an
 		// error in the reply was connect's own, written before any handler
@@ -349,7 +356,8 @@ func enveloped(r *http.Request) bool {
 }
 
 // readFrame reads a gRPC request's (first) message frame and whatever
-// follows it, within the body limit.
+// follows it, within the body limit: one buffer of the size the frame
+// declares (checked against the limit first), no copy.
 func (s *Server) readFrame(body io.Reader) ([]byte, *Error) {
 	var prefix [5]byte
 	if n, err := io.ReadFull(body, prefix[:]); err != nil {
@@ -362,19 +370,46 @@ func (s *Server) readFrame(body io.Reader) ([]byte, *Error) {
 	if apiErr := s.checkBodySize(size); apiErr != nil {
 		return nil, apiErr
 	}
-	rest, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBodyBytes+1))
-	if err != nil {
+	frame := make([]byte, 5+size)
+	copy(frame, prefix[:])
+	readErr := func(err error) *Error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, s.checkBodySize(s.cfg.MaxBodyBytes + 1)
+			return s.checkBodySize(s.cfg.MaxBodyBytes + 1)
 		}
-		return nil, invalidArgument("reading the request: %v", err)
+		return invalidArgument("reading the request: %v", err)
 	}
-	if int64(len(rest)) < size {
-		return nil, invalidArgument("the gRPC message is cut short: its frame promises %d bytes, the request has %d", size, len(rest))
+	if n, err := io.ReadFull(body, frame[5:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, invalidArgument("the gRPC message is cut short: its frame promises %d bytes, the request has %d", size, n)
+		}
+		return nil, readErr(err)
 	}
-	return append(prefix[:], rest...), nil
+	// Normally nothing follows; what does (a second message) is kept for
+	// connect to refuse.
+	var probe [1]byte
+	for {
+		n, err := body.Read(probe[:])
+		if n > 0 {
+			rest, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBodyBytes))
+			if err != nil {
+				return nil, readErr(err)
+			}
+			return append(append(frame, probe[0]), rest...), nil
+		}
+		if errors.Is(err, io.EOF) {
+			return frame, nil
+		}
+		if err != nil {
+			return nil, readErr(err)
+		}
+	}
 }
+
+// frameBody is a request body read ahead (readFrame).
+type frameBody struct{ bytes.Reader }
+
+func (*frameBody) Close() error { return nil }
 
 // writeError writes e in the request's protocol, or as the JSON API's
 // error when the request is none of connect's.

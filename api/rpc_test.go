@@ -362,6 +362,7 @@ func TestRPC_BadInputOverGRPCIsRefusedWithNothingWritten(t *testing.T) {
 	}{
 		{"malformed message", enqueue, prod, grpcFrame([]byte{0xff, 0xff, 0xff, 0xff}), "3"},
 		{"a frame cut short", enqueue, prod, grpcFrame([]byte{0x0a, 0x05, 'q'})[:7], "3"},
+		{"two messages", enqueue, prod, append(grpcFrame([]byte{0x0a, 1, 'q'}), grpcFrame([]byte{0x0a, 1, 'q'})...), "12"},
 		{"oversized message", enqueue, prod, grpcFrame(bytes.Repeat([]byte{0x0a}, rpcMaxBody+10)), "8"},
 		{"a length over the limit, no body", enqueue, prod, []byte{0, 0x7f, 0xff, 0xff, 0xff}, "8"},
 		{"unknown method", "/fenceq.v1.JobService/DropAllJobs", prod, grpcFrame(nil), "12"},
