@@ -30,6 +30,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/fenceq/fenceq/api/fenceqv1/fenceqv1connect"
+	"github.com/fenceq/fenceq/db"
 )
 
 // Protocols are the HTTP versions the server must accept for the protobuf
@@ -327,17 +328,18 @@ func (w *rpcWriter) outcome() error {
 	return rpcOutcomeError(body.Code, body.Message)
 }
 
-// rpcOutcomeError is the API error of a gRPC code connect answered with by
-// itself: its code when the one table (errorCodes) has it, with the
-// table's first status; a server fault (internal, unknown, data_loss) as
-// an error noteError logs as one; any other code as a bad request.
+// rpcOutcomeError is the error of a gRPC code connect answered with by
+// itself: a code of the one table (errorCodes) as a refusal of that code,
+// which toAPIError gives the table's first status; a server fault
+// (internal, unknown, data_loss) as an error noteError logs as one; any
+// other code as a bad request.
 func rpcOutcomeError(code connect.Code, msg string) error {
 	apiCode := code.String()
 	if code == connect.CodeCanceled {
 		apiCode = "cancelled"
 	}
-	if statuses, ok := errorCodes[apiCode]; ok && apiCode != "internal" {
-		return &Error{statuses[0], apiCode, msg}
+	if _, ok := errorCodes[apiCode]; ok && apiCode != "internal" {
+		return &db.Error{Code: db.Code(apiCode), Message: msg}
 	}
 	switch code {
 	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
