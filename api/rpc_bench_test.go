@@ -9,7 +9,9 @@ package api_test
 // its own ("grpc"), Connect over HTTP/1.1. "grpc1conn" puts the 16 gRPC
 // clients on one shared h2c connection, as goroutines of one process
 // would. With -count N the sub-benchmarks run in turn N times
-// (alternated rounds). Figures: docs/performance.md ("Protobuf").
+// (alternated rounds). Besides jobs/s each reports the bbolt commits per
+// job and the process's CPU time per job (clients and server).
+// Figures: docs/performance.md ("Protobuf").
 //
 //	go test -run '^$' -bench 'RPCvsJSON' -benchtime 4000x -count 5 ./api/
 
@@ -22,6 +24,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +151,22 @@ func rpcFront(c fenceqv1connect.JobServiceClient) benchFront {
 	}
 }
 
+// commits is the number of group commits st (bbolt) has made.
+func commits(st db.Store) uint64 {
+	c, _ := st.(interface{ CommitStats() (commits, ops uint64) }).CommitStats()
+	return c
+}
+
+// cpuTime is the CPU time (user and system) the process has used: the
+// clients' and the server's, which share the machine.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // parallel runs n calls of do spread over benchClients goroutines.
 func parallel(b *testing.B, n int, do func(client int) error) {
 	var next atomic.Int64
@@ -177,8 +196,11 @@ func BenchmarkRPCvsJSON(b *testing.B) {
 			front := fronts[name](b, s.URL)
 			ctx := context.Background()
 			b.ResetTimer()
+			c0, cpu0 := commits(s.Store), cpuTime()
 			parallel(b, b.N, func(c int) error { return front(c).enqueue(ctx) })
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			b.ReportMetric(float64(commits(s.Store)-c0)/float64(b.N), "commits/job")
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/job")
 		})
 		b.Run("drain16/"+name, func(b *testing.B) {
 			s := apitest.Serve(b, apitest.Bolt(b, db.Rules{}), api.Config{})
@@ -194,6 +216,7 @@ func BenchmarkRPCvsJSON(b *testing.B) {
 			}
 			front := fronts[name](b, s.URL)
 			var done atomic.Int64
+			c0, cpu0 := commits(s.Store), cpuTime()
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			errs := make(chan error, benchClients)
@@ -227,6 +250,8 @@ func BenchmarkRPCvsJSON(b *testing.B) {
 				b.Fatalf("drained %d of %d jobs", done.Load(), b.N)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			b.ReportMetric(float64(commits(s.Store)-c0)/float64(b.N), "commits/job")
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/job")
 		})
 	}
 }
