@@ -8,12 +8,13 @@ package api_test
 // over a keep-alive HTTP/1.1 connection, gRPC over an h2c connection of
 // its own ("grpc"), Connect over HTTP/1.1. "grpc1conn" puts the 16 gRPC
 // clients on one shared h2c connection, as goroutines of one process
-// would. With -count N the sub-benchmarks run in turn N times
-// (alternated rounds). Besides jobs/s each reports the bbolt commits per
-// job and the process's CPU time per job (clients and server).
-// Figures: docs/performance.md ("Protobuf").
+// would. One run of the benchmark is a round: the fronts in turn, each on
+// a fresh server (-count would repeat each sub-benchmark before the next
+// one, not alternate them). Besides jobs/s each reports the bbolt commits
+// per job and the process's CPU time per job (clients and server).
+// Figures: docs/performance.md ("Protobuf"); five rounds:
 //
-//	go test -run '^$' -bench 'RPCvsJSON' -benchtime 4000x -count 5 ./api/
+//	for r in 1 2 3 4 5; do go test -run '^$' -bench 'RPCvsJSON' -benchtime 4000x ./api/; done
 
 import (
 	"bytes"
