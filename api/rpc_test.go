@@ -538,6 +538,7 @@ func TestRPC_DecodeFailuresAreCountedAsTheJSONAPIsBadRequests(t *testing.T) {
 		{"gRPC, malformed", "application/grpc", nil, grpcFrame(garbage), "400", "invalid_argument", "3"},
 		{"gRPC-Web, malformed", "application/grpc-web+proto", nil, grpcFrame(garbage), "400", "invalid_argument", "3"},
 		{"Connect, malformed", "application/proto", nil, garbage, "400", "invalid_argument", "400"},
+		{"Connect JSON, malformed", "application/json", nil, []byte(`{"queue":`), "400", "invalid_argument", "400"},
 		{"gRPC, inflates past the limit", "application/grpc", map[string]string{"Grpc-Encoding": "gzip"}, gzipped, "413", "resource_exhausted", "8"},
 		{"Connect, inflates past the limit", "application/proto", map[string]string{"Content-Encoding": "gzip"}, inflates.Bytes(), "413", "resource_exhausted", "429"},
 	} {
