@@ -11,8 +11,8 @@ import (
 // rpcWorkers run the protobuf calls that come over HTTP/2. net/http's
 // HTTP/2 server runs each request in a goroutine of its own, whose stack
 // starts small and is grown — copied whole — on a call's way through
-// connect to the store: measured, a quarter of the front end's own CPU
-// per call (docs/performance.md, "Protobuf"). An HTTP/1.1 connection
+// connect to the store, a large part of the front end's own CPU per call
+// (docs/performance.md, "Changes the code cites"). An HTTP/1.1 connection
 // serves its requests in one goroutine whose stack has grown once. So a
 // call is handed to an idle worker, whose stack has grown already; when
 // none is idle a new one starts. A worker waits for its next call at most
