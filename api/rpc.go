@@ -16,9 +16,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +30,7 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/fenceq/fenceq/api/fenceqv1/fenceqv1connect"
+	"github.com/fenceq/fenceq/db"
 )
 
 // Protocols are the HTTP versions the server must accept for the protobuf
@@ -113,13 +118,14 @@ func isRPC(path string) bool {
 
 // rpcFront serves the protobuf API.
 type rpcFront struct {
-	s      *Server
-	mux    *http.ServeMux
-	errors *connect.ErrorWriter
+	s       *Server
+	mux     *http.ServeMux
+	errors  *connect.ErrorWriter
+	workers rpcWorkers // the calls that come over HTTP/2 (rpcworkers.go)
 }
 
 func (s *Server) initRPC() {
-	f := &rpcFront{s: s, mux: http.NewServeMux()}
+	f := &rpcFront{s: s, mux: http.NewServeMux(), workers: rpcWorkers{work: make(chan *rpcTask), idle: rpcWorkerIdle}}
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		// Replies smaller than this go out uncompressed even to a client
@@ -152,6 +158,7 @@ type rpcCallKey struct{}
 type rpcCall struct {
 	principal string
 	status    int
+	w         rpcWriter // in the same allocation
 }
 
 func callOf(ctx context.Context) *rpcCall {
@@ -173,6 +180,7 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Set(RequestIDHeader, id)
 	w.Header().Set(RequestIDHeader, id)
 	call := &rpcCall{status: http.StatusOK}
+	call.w.ResponseWriter = w
 	ctx := context.WithValue(r.Context(), requestIDKey{}, id)
 	ctx = context.WithValue(ctx, rpcCallKey{}, call)
 	ctx, cancel := s.requestContext(ctx)
@@ -225,9 +233,130 @@ func (f *rpcFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			refuse(apiErr)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		fb := new(frameBody)
+		fb.Reset(body)
+		r.Body = fb
 	}
-	f.mux.ServeHTTP(w, r)
+	if known && r.ProtoMajor == 2 {
+		f.workers.run(func() { f.mux.ServeHTTP(&call.w, r) })
+	} else {
+		f.mux.ServeHTTP(&call.w, r)
+	}
+	if call.status == http.StatusOK {
+		// Neither a refusal above nor a handler's error (rpcErrors): an
+		// error in the reply was connect's own, written before any handler
+		// ran — a message that does not decode, one that inflates past
+		// the limit, an unknown compression. It is measured and counted
+		// as the JSON API's bad requests are, by its code.
+		if e := call.w.outcome(); e != nil {
+			call.status = s.noteError(ctx, e, http.MethodPost, route, r.Method, r.URL.Path, call.principal).Status
+		}
+	}
+}
+
+// rpcWriter is the ResponseWriter the protobuf front end hands connect:
+// it keeps the HTTP status and the first bytes of an error reply, so that
+// the outcome of a call connect refused by itself can be read (outcome).
+type rpcWriter struct {
+	http.ResponseWriter
+	status  int
+	errBody []byte // the start of a reply whose status is not 200
+}
+
+func (w *rpcWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *rpcWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.status != http.StatusOK && len(w.errBody) < rpcErrBodyMax {
+		w.errBody = append(w.errBody, p[:min(len(p), rpcErrBodyMax-len(w.errBody))]...)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush is what connect flushes replies and streams with.
+func (w *rpcWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap serves http.ResponseController.
+func (w *rpcWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// rpcErrBodyMax bounds what rpcWriter keeps of an error reply: a Connect
+// error's code and message.
+const rpcErrBodyMax = 1 << 10
+
+// outcome is the error the reply carries, nil for none: gRPC's status
+// (a trailer, or a header in a trailers-only gRPC-Web reply), or a
+// Connect reply's status and error body.
+func (w *rpcWriter) outcome() error {
+	h := w.Header()
+	grpcStatus, msg := h.Get("Grpc-Status"), h.Get("Grpc-Message")
+	if v := h[http.TrailerPrefix+"Grpc-Status"]; len(v) > 0 {
+		grpcStatus = v[0]
+		if m := h[http.TrailerPrefix+"Grpc-Message"]; len(m) > 0 {
+			msg = m[0]
+		}
+	}
+	if grpcStatus != "" {
+		n, err := strconv.Atoi(grpcStatus)
+		if err != nil || n == 0 {
+			return nil
+		}
+		if m, err := url.PathUnescape(msg); err == nil {
+			msg = m // gRPC percent-encodes it
+		}
+		return rpcOutcomeError(connect.Code(n), msg)
+	}
+	if w.status == 0 || w.status == http.StatusOK {
+		return nil
+	}
+	var body struct {
+		Code    connect.Code `json:"code"`
+		Message string       `json:"message"`
+	}
+	if json.Unmarshal(w.errBody, &body) != nil || body.Code == 0 {
+		// A reply of the protocol layer (a wrong method or content
+		// type), or the router's 404: the JSON API's answers to those.
+		switch w.status {
+		case http.StatusNotFound:
+			return &Error{http.StatusNotFound, "not_found", "no such endpoint"}
+		case http.StatusMethodNotAllowed:
+			return &Error{http.StatusMethodNotAllowed, "invalid_argument", "method not allowed on this endpoint"}
+		}
+		return rpcOutcomeError(connect.CodeInvalidArgument, fmt.Sprintf("refused by the protocol layer with HTTP status %d", w.status))
+	}
+	return rpcOutcomeError(body.Code, body.Message)
+}
+
+// rpcOutcomeError is the error of a gRPC code connect answered with by
+// itself: a code of the one table (errorCodes) as a refusal of that code,
+// which toAPIError gives the table's first status; a server fault
+// (internal, unknown, data_loss) as an error noteError logs as one; any
+// other code as a bad request.
+func rpcOutcomeError(code connect.Code, msg string) error {
+	apiCode := code.String()
+	if code == connect.CodeCanceled {
+		apiCode = "cancelled"
+	}
+	if _, ok := errorCodes[apiCode]; ok && apiCode != "internal" {
+		return &db.Error{Code: db.Code(apiCode), Message: msg}
+	}
+	switch code {
+	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
+		return fmt.Errorf("rpc: %s: %s", code, msg)
+	case connect.CodeDeadlineExceeded:
+		return context.DeadlineExceeded
+	}
+	return invalidArgument("%s", msg)
 }
 
 // enveloped reports a gRPC or gRPC-Web request, whose messages are
@@ -238,7 +367,8 @@ func enveloped(r *http.Request) bool {
 }
 
 // readFrame reads a gRPC request's (first) message frame and whatever
-// follows it, within the body limit.
+// follows it, within the body limit: one buffer of the size the frame
+// declares (checked against the limit first), no copy.
 func (s *Server) readFrame(body io.Reader) ([]byte, *Error) {
 	var prefix [5]byte
 	if n, err := io.ReadFull(body, prefix[:]); err != nil {
@@ -251,19 +381,46 @@ func (s *Server) readFrame(body io.Reader) ([]byte, *Error) {
 	if apiErr := s.checkBodySize(size); apiErr != nil {
 		return nil, apiErr
 	}
-	rest, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBodyBytes+1))
-	if err != nil {
+	frame := make([]byte, 5+size)
+	copy(frame, prefix[:])
+	readErr := func(err error) *Error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, s.checkBodySize(s.cfg.MaxBodyBytes + 1)
+			return s.checkBodySize(s.cfg.MaxBodyBytes + 1)
 		}
-		return nil, invalidArgument("reading the request: %v", err)
+		return invalidArgument("reading the request: %v", err)
 	}
-	if int64(len(rest)) < size {
-		return nil, invalidArgument("the gRPC message is cut short: its frame promises %d bytes, the request has %d", size, len(rest))
+	if n, err := io.ReadFull(body, frame[5:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, invalidArgument("the gRPC message is cut short: its frame promises %d bytes, the request has %d", size, n)
+		}
+		return nil, readErr(err)
 	}
-	return append(prefix[:], rest...), nil
+	// Normally nothing follows; what does (a second message) is kept for
+	// connect to refuse.
+	var probe [1]byte
+	for {
+		n, err := body.Read(probe[:])
+		if n > 0 {
+			rest, err := io.ReadAll(io.LimitReader(body, s.cfg.MaxBodyBytes))
+			if err != nil {
+				return nil, readErr(err)
+			}
+			return append(append(frame, probe[0]), rest...), nil
+		}
+		if errors.Is(err, io.EOF) {
+			return frame, nil
+		}
+		if err != nil {
+			return nil, readErr(err)
+		}
+	}
 }
+
+// frameBody is a request body read ahead (readFrame).
+type frameBody struct{ bytes.Reader }
+
+func (*frameBody) Close() error { return nil }
 
 // writeError writes e in the request's protocol, or as the JSON API's
 // error when the request is none of connect's.

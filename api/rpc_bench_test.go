@@ -3,11 +3,18 @@ package api_test
 // The protobuf front end's cost against the JSON API's, in the same run on
 // the same kind of server (a real bbolt file behind a real HTTP server on
 // 127.0.0.1): 16 clients enqueueing one job a call, and 16 workers
-// draining with a claim then a complete per job. gRPC over one h2c
-// connection (as a gRPC client keeps), JSON over keep-alive HTTP/1.1
-// connections. Figures: docs/performance.md ("Protobuf").
+// draining with a claim then a complete per job. Each client is what a
+// process of a real deployment would be, with its own connection: JSON
+// over a keep-alive HTTP/1.1 connection, gRPC over an h2c connection of
+// its own ("grpc"), Connect over HTTP/1.1. "grpc1conn" puts the 16 gRPC
+// clients on one shared h2c connection, as goroutines of one process
+// would. One run of the benchmark is a round: the fronts in turn, each on
+// a fresh server (-count would repeat each sub-benchmark before the next
+// one, not alternate them). Besides jobs/s each reports the bbolt commits
+// per job and the process's CPU time per job (clients and server).
+// Figures: docs/performance.md ("Protobuf"); five rounds:
 //
-//	go test -run '^$' -bench 'RPCvsJSON' -benchtime 4000x -count 3 ./api/
+//	for r in 1 2 3 4 5; do go test -run '^$' -bench 'RPCvsJSON' -benchtime 4000x ./api/; done
 
 import (
 	"bytes"
@@ -18,6 +25,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,8 +49,13 @@ type benchFront struct {
 
 var benchPayload = []byte(`{"to":"ada@example.com","subject":"hello","n":12345}`)
 
-func jsonFront(b *testing.B, base string) benchFront {
+// A frontFactory gives the benchFront of client i (0 ≤ i < benchClients).
+type frontFactory func(b *testing.B, base string) func(i int) benchFront
+
+func jsonFront(b *testing.B, base string) func(int) benchFront {
+	// One keep-alive connection per client: the pool keeps them all.
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients * 2}, Timeout: time.Minute}
+	b.Cleanup(hc.CloseIdleConnections)
 	post := func(ctx context.Context, path string, body []byte) (int, []byte, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 		if err != nil {
@@ -58,7 +71,7 @@ func jsonFront(b *testing.B, base string) benchFront {
 		return res.StatusCode, out, err
 	}
 	enqueueBody := []byte(`{"queue":"bench","payload":` + string(benchPayload) + `}`)
-	return benchFront{
+	f := benchFront{
 		enqueue: func(ctx context.Context) error {
 			if st, out, err := post(ctx, "/v1/jobs", enqueueBody); err != nil || st != http.StatusCreated {
 				return fmt.Errorf("enqueue: %d %s %v", st, out, err)
@@ -87,15 +100,35 @@ func jsonFront(b *testing.B, base string) benchFront {
 			return nil
 		},
 	}
+	return func(int) benchFront { return f }
 }
 
-func grpcFront(b *testing.B, base string) benchFront {
-	return rpcFront(fenceqv1connect.NewJobServiceClient(h2c(), base, connect.WithGRPC()))
+// grpcFront: each client has its own h2c connection (its own transport).
+func grpcFront(b *testing.B, base string) func(int) benchFront {
+	fronts := make([]benchFront, benchClients)
+	for i := range fronts {
+		hc := h2c()
+		b.Cleanup(hc.CloseIdleConnections)
+		fronts[i] = rpcFront(fenceqv1connect.NewJobServiceClient(hc, base, connect.WithGRPC()))
+	}
+	return func(i int) benchFront { return fronts[i] }
 }
 
-func connectFront(b *testing.B, base string) benchFront {
+// grpc1connFront: the clients share one h2c connection.
+func grpc1connFront(b *testing.B, base string) func(int) benchFront {
+	hc := h2c()
+	b.Cleanup(hc.CloseIdleConnections)
+	f := rpcFront(fenceqv1connect.NewJobServiceClient(hc, base, connect.WithGRPC()))
+	return func(int) benchFront { return f }
+}
+
+// connectFront: the Connect protocol over HTTP/1.1, a keep-alive
+// connection per client.
+func connectFront(b *testing.B, base string) func(int) benchFront {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients * 2}, Timeout: time.Minute}
-	return rpcFront(fenceqv1connect.NewJobServiceClient(hc, base))
+	b.Cleanup(hc.CloseIdleConnections)
+	f := rpcFront(fenceqv1connect.NewJobServiceClient(hc, base))
+	return func(int) benchFront { return f }
 }
 
 func rpcFront(c fenceqv1connect.JobServiceClient) benchFront {
@@ -117,6 +150,22 @@ func rpcFront(c fenceqv1connect.JobServiceClient) benchFront {
 			return err
 		},
 	}
+}
+
+// commits is the number of group commits st (bbolt) has made.
+func commits(st db.Store) uint64 {
+	c, _ := st.(interface{ CommitStats() (commits, ops uint64) }).CommitStats()
+	return c
+}
+
+// cpuTime is the CPU time (user and system) the process has used: the
+// clients' and the server's, which share the machine.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // parallel runs n calls of do spread over benchClients goroutines.
@@ -141,15 +190,18 @@ func parallel(b *testing.B, n int, do func(client int) error) {
 }
 
 func BenchmarkRPCvsJSON(b *testing.B) {
-	fronts := map[string]func(*testing.B, string) benchFront{"json": jsonFront, "grpc": grpcFront, "connect": connectFront}
-	for _, name := range []string{"json", "grpc", "connect"} {
+	fronts := map[string]frontFactory{"json": jsonFront, "grpc": grpcFront, "grpc1conn": grpc1connFront, "connect": connectFront}
+	for _, name := range []string{"json", "grpc", "grpc1conn", "connect"} {
 		b.Run("enqueue16/"+name, func(b *testing.B) {
 			s := apitest.Serve(b, apitest.Bolt(b, db.Rules{}), api.Config{})
-			f := fronts[name](b, s.URL)
+			front := fronts[name](b, s.URL)
 			ctx := context.Background()
 			b.ResetTimer()
-			parallel(b, b.N, func(int) error { return f.enqueue(ctx) })
+			c0, cpu0 := commits(s.Store), cpuTime()
+			parallel(b, b.N, func(c int) error { return front(c).enqueue(ctx) })
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			b.ReportMetric(float64(commits(s.Store)-c0)/float64(b.N), "commits/job")
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/job")
 		})
 		b.Run("drain16/"+name, func(b *testing.B) {
 			s := apitest.Serve(b, apitest.Bolt(b, db.Rules{}), api.Config{})
@@ -163,13 +215,15 @@ func BenchmarkRPCvsJSON(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			f := fronts[name](b, s.URL)
+			front := fronts[name](b, s.URL)
 			var done atomic.Int64
+			c0, cpu0 := commits(s.Store), cpuTime()
 			b.ResetTimer()
 			var wg sync.WaitGroup
 			errs := make(chan error, benchClients)
 			for w := range benchClients {
 				worker := fmt.Sprintf("w%d", w)
+				f := front(w)
 				wg.Go(func() {
 					for done.Load() < int64(b.N) {
 						id, token, err := f.claim(ctx, worker)
@@ -197,6 +251,8 @@ func BenchmarkRPCvsJSON(b *testing.B) {
 				b.Fatalf("drained %d of %d jobs", done.Load(), b.N)
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			b.ReportMetric(float64(commits(s.Store)-c0)/float64(b.N), "commits/job")
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/job")
 		})
 	}
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -361,6 +362,7 @@ func TestRPC_BadInputOverGRPCIsRefusedWithNothingWritten(t *testing.T) {
 	}{
 		{"malformed message", enqueue, prod, grpcFrame([]byte{0xff, 0xff, 0xff, 0xff}), "3"},
 		{"a frame cut short", enqueue, prod, grpcFrame([]byte{0x0a, 0x05, 'q'})[:7], "3"},
+		{"two messages", enqueue, prod, append(grpcFrame([]byte{0x0a, 1, 'q'}), grpcFrame([]byte{0x0a, 1, 'q'})...), "12"},
 		{"oversized message", enqueue, prod, grpcFrame(bytes.Repeat([]byte{0x0a}, rpcMaxBody+10)), "8"},
 		{"a length over the limit, no body", enqueue, prod, []byte{0, 0x7f, 0xff, 0xff, 0xff}, "8"},
 		{"unknown method", "/fenceq.v1.JobService/DropAllJobs", prod, grpcFrame(nil), "12"},
@@ -473,5 +475,110 @@ func TestRPC_SmallRepliesAreNotCompressed(t *testing.T) {
 		if ce, ge := res.Header.Get("Content-Encoding"), res.Header.Get("Grpc-Encoding"); ce != "" || ge != "" && ge != "identity" {
 			t.Errorf("%s GetJob of one job was compressed: Content-Encoding %q, Grpc-Encoding %q", proto, ce, ge)
 		}
+	}
+}
+
+// rpcOutcomes are the /metrics count of procedure's requests measured with
+// HTTP status code, and the refusal count of /v1/stats under the
+// procedure and API code.
+func rpcOutcomes(t *testing.T, ts *testServer, procedure, code, apiCode string) (measured, refused string) {
+	t.Helper()
+	m := ts.get("/metrics")
+	prefix := fmt.Sprintf(`fenceq_http_request_duration_seconds_count{code=%q,method="POST",route=%q} `, code, procedure)
+	measured = "0"
+	for line := range strings.Lines(string(m.body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			measured = v
+		}
+	}
+	var stats struct {
+		Refusals []struct {
+			Route, Code string
+			Count       uint64
+		} `json:"refusals"`
+	}
+	if r := ts.get("/v1/stats"); r.status != http.StatusOK || json.Unmarshal(r.body, &stats) != nil {
+		t.Fatalf("GET /v1/stats = %v", r)
+	}
+	refused = "0"
+	for _, r := range stats.Refusals {
+		if r.Route == "POST "+procedure && r.Code == apiCode {
+			refused = fmt.Sprint(r.Count)
+		}
+	}
+	return measured, refused
+}
+
+// TestRPC_DecodeFailuresAreCountedAsTheJSONAPIsBadRequests: a protobuf
+// message that does not decode, or that inflates past --max-body, is
+// refused by connect before any handler runs. It must still be measured in
+// /metrics under the status its code has in the one table (400
+// invalid_argument, 413 resource_exhausted), never as 200, and counted
+// among the refusals of /v1/stats, as a JSON bad body is; and nothing is
+// written.
+func TestRPC_DecodeFailuresAreCountedAsTheJSONAPIsBadRequests(t *testing.T) {
+	const limit = 4096
+	ts := newTestServer(t, db.Rules{}, api.Config{MaxBodyBytes: limit})
+	before := storeState(t, ts.store)
+	const enqueue = "/fenceq.v1.JobService/EnqueueJob"
+	var inflates bytes.Buffer // small on the wire, over the limit once inflated
+	zw := gzip.NewWriter(&inflates)
+	zw.Write(append([]byte{0x0a, 0x01, 'q', 0x12, 0x80, 0x40}, bytes.Repeat([]byte{'7'}, 8192)...))
+	zw.Close()
+	gzipped := append([]byte{1, 0, 0, 0, 0}, inflates.Bytes()...)
+	binary.BigEndian.PutUint32(gzipped[1:], uint32(inflates.Len()))
+	garbage := []byte{0xff, 0xff, 0xff, 0xff}
+	for _, c := range []struct {
+		name, contentType string
+		header            map[string]string
+		body              []byte
+		status, apiCode   string
+		wire              string // the answer: grpc-status, or Connect's HTTP status
+	}{
+		{"gRPC, malformed", "application/grpc", nil, grpcFrame(garbage), "400", "invalid_argument", "3"},
+		{"gRPC-Web, malformed", "application/grpc-web+proto", nil, grpcFrame(garbage), "400", "invalid_argument", "3"},
+		{"Connect, malformed", "application/proto", nil, garbage, "400", "invalid_argument", "400"},
+		{"Connect JSON, malformed", "application/json", nil, []byte(`{"queue":`), "400", "invalid_argument", "400"},
+		{"gRPC, inflates past the limit", "application/grpc", map[string]string{"Grpc-Encoding": "gzip"}, gzipped, "413", "resource_exhausted", "8"},
+		{"Connect, inflates past the limit", "application/proto", map[string]string{"Content-Encoding": "gzip"}, inflates.Bytes(), "413", "resource_exhausted", "429"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			measured0, refused0 := rpcOutcomes(t, ts, enqueue, c.status, c.apiCode)
+			req, _ := http.NewRequest(http.MethodPost, ts.URL+enqueue, bytes.NewReader(c.body))
+			req.Header.Set("Content-Type", c.contentType)
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			client := ts.client
+			if strings.HasPrefix(c.contentType, "application/grpc") {
+				client = h2c()
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			wire := res.Trailer.Get("Grpc-Status") + res.Header.Get("Grpc-Status")
+			if wire == "" {
+				wire = fmt.Sprint(res.StatusCode)
+			}
+			if wire != c.wire {
+				t.Errorf("the bad message was answered %s (HTTP %d), want %s", wire, res.StatusCode, c.wire)
+			}
+			measured1, refused1 := rpcOutcomes(t, ts, enqueue, c.status, c.apiCode)
+			if measured1 == measured0 {
+				t.Errorf("/metrics count of %s with code %s = %s before and after, want one more", enqueue, c.status, measured1)
+			}
+			if refused1 == refused0 {
+				t.Errorf("/v1/stats refusals of POST %s %s = %s before and after, want one more", enqueue, c.apiCode, refused1)
+			}
+		})
+	}
+	if m := ts.get("/metrics"); strings.Contains(string(m.body), `code="200",method="POST",route="`+enqueue+`"`) {
+		t.Errorf("/metrics measures a refused %s as 200", enqueue)
+	}
+	if after := storeState(t, ts.store); after != before {
+		t.Errorf("the refused messages changed the store:\nbefore %s\nafter  %s", before, after)
 	}
 }

@@ -64,6 +64,20 @@ func TestBenchCommandDrivesARealServer(t *testing.T) {
 		})
 	}
 
+	// The protobuf API of the real binary: gRPC over h2c, Connect over
+	// HTTP/1.1 (internal/bench's tests check what each call was).
+	for _, protocol := range []string{"grpc", "connect"} {
+		t.Run("--protocol "+protocol, func(t *testing.T) {
+			rep := runBench(t, base, "--protocol", protocol, "--jobs", "200", "--producers", "4", "--workers", "4", "--claim-next")
+			if rep.Config.Protocol != protocol || rep.Enqueued != 200 || rep.Completed != 200 {
+				t.Fatalf("report protocol %q, enqueued %d, completed %d; want %s, 200, 200", rep.Config.Protocol, rep.Enqueued, rep.Completed, protocol)
+			}
+			if c := rep.Phases[1].Requests["complete"]; c.Count != 200 || c.P50 <= 0 {
+				t.Errorf("complete latency = %+v, want 200 requests and p50 > 0", c)
+			}
+		})
+	}
+
 	t.Run("through client.Worker", func(t *testing.T) {
 		rep := runBench(t, base, "--jobs", "300", "--producers", "4", "--worker", "--concurrency", "8")
 		if !rep.Config.Worker || rep.Config.Workers != 1 || rep.Config.Concurrency != 8 || rep.Completed < 300 {

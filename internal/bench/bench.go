@@ -33,6 +33,7 @@ import (
 // config is what "fenceq bench" was asked to do.
 type config struct {
 	Server       string        `json:"server"`
+	Protocol     string        `json:"protocol"` // json, grpc or connect
 	Token        string        `json:"-"`
 	Jobs         int           `json:"jobs"`
 	Producers    int           `json:"producers"`
@@ -72,6 +73,11 @@ Go client.Worker with a no-op handler: --workers Workers (1 unless given),
 each with --concurrency handlers; it claims for its free handlers, batches
 completions (claiming replacements in the same transaction) and heartbeats.
 
+With --protocol grpc or connect, every call but the commit figures goes
+through the protobuf API (the generated connect client, gRPC over HTTP/2 —
+h2c on http:// — or the Connect protocol over HTTP/1.1), each producer and
+worker with a connection of its own; the report is the same.
+
 Run it against a queue of its own (--queue): jobs already waiting there are
 claimed and completed too.`
 
@@ -81,6 +87,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := cli.NewFlagSet("fenceq bench", stderr)
 	cli.SetUsage(fs, stdout, "fenceq bench [flags]", benchUsage)
 	fs.StringVar(&cfg.Server, "server", "http://127.0.0.1:7420", "base URL of the fenceq server")
+	fs.StringVar(&cfg.Protocol, "protocol", "json", "the API to drive: json, grpc or connect (protobuf; not with --worker)")
 	fs.StringVar(&cfg.Token, "token", "", "bearer token (a principal with the producer and worker roles); empty: none")
 	fs.IntVar(&cfg.Jobs, "jobs", 10000, "jobs to enqueue and drain (throughput mode)")
 	fs.IntVar(&cfg.Producers, "producers", 16, "concurrent producers (throughput mode)")
@@ -148,6 +155,10 @@ func (c *config) validate() error {
 		return cli.Usagef("--server %q must start with http:// or https://", c.Server)
 	}
 	switch {
+	case c.Protocol != "json" && c.Protocol != "grpc" && c.Protocol != "connect":
+		return cli.Usagef("--protocol %q: use json, grpc or connect", c.Protocol)
+	case c.Worker && c.Protocol != "json":
+		return cli.Usagef("--worker drives the Go client.Worker, which speaks JSON: not with --protocol %s", c.Protocol)
 	case c.Jobs < 1:
 		return cli.Usagef("--jobs must be at least 1")
 	case c.Producers < 1 || c.Workers < 1:
@@ -319,13 +330,20 @@ func newBencher(cfg config, stderr io.Writer) *bencher {
 func (b *bencher) appendJob(buf []byte, due time.Duration) []byte {
 	buf = append(buf, `{"queue":`...)
 	buf = strconv.AppendQuote(buf, b.cfg.Queue)
-	buf = append(buf, `,"payload":{"run":"`...)
+	buf = append(buf, `,"payload":`...)
+	buf = b.appendPayload(buf, due)
+	return append(buf, '}')
+}
+
+// appendPayload appends a job's payload, due at due.
+func (b *bencher) appendPayload(buf []byte, due time.Duration) []byte {
+	buf = append(buf, `{"run":"`...)
 	buf = append(buf, b.run...)
 	buf = append(buf, `","due":`...)
 	buf = fmt.Appendf(buf, "%19d", int64(due)) // space-padded: JSON has no leading zeros
 	buf = append(buf, `,"pad":"`...)
 	buf = append(buf, b.pad...)
-	return append(buf, `"}}`...)
+	return append(buf, `"}`...)
 }
 
 // httpStatusError is an answer the bench did not expect.
@@ -427,14 +445,13 @@ type benchConn struct {
 	b   *bencher
 	ctx context.Context
 	// Lean client only.
-	nc      net.Conn // nil: not connected
-	stop    func() bool
-	br      *bufio.Reader
-	used    bool      // nc has answered a request
-	until   time.Time // nc's deadline
-	wbuf    []byte
-	body    bytes.Buffer
-	scratch []byte // for the caller's request bodies
+	nc    net.Conn // nil: not connected
+	stop  func() bool
+	br    *bufio.Reader
+	used  bool      // nc has answered a request
+	until time.Time // nc's deadline
+	wbuf  []byte
+	body  bytes.Buffer
 }
 
 func (b *bencher) newConn(ctx context.Context) *benchConn { return &benchConn{b: b, ctx: ctx} }
@@ -540,24 +557,24 @@ func (c *benchConn) close() {
 	}
 }
 
-// connPool holds idle connections for latency mode, where each due job is
-// sent by its own goroutine.
+// connPool holds idle callers (and their connections) for latency mode,
+// where each due job is sent by its own goroutine.
 type connPool struct {
 	b    *bencher
 	ctx  context.Context
-	idle chan *benchConn
+	idle chan caller
 }
 
-func (p *connPool) get() *benchConn {
+func (p *connPool) get() caller {
 	select {
 	case c := <-p.idle:
 		return c
 	default:
-		return p.b.newConn(p.ctx)
+		return p.b.newCaller(p.ctx, "")
 	}
 }
 
-func (p *connPool) put(c *benchConn) {
+func (p *connPool) put(c caller) {
 	select {
 	case p.idle <- c:
 	default:
@@ -678,50 +695,20 @@ func (b *bencher) enqueuePhase(ctx context.Context) (Phase, error) {
 		wg.Go(func() {
 			var d []time.Duration
 			defer func() { lat.add("enqueue", d) }()
-			c := b.newConn(ctx)
+			c := b.newCaller(ctx, "")
 			defer c.close()
-			var body []byte
 			for ctx.Err() == nil {
 				first := next.Add(k) - k
 				if first >= n {
 					return
 				}
-				count := min(k, n-first)
-				body = body[:0]
-				if k > 1 {
-					body = append(body, '[')
-				}
-				for i := range count {
-					if i > 0 {
-						body = append(body, ',')
-					}
-					body = b.appendJob(body, 0)
-				}
-				if k > 1 {
-					body = append(body, ']')
-				}
 				t0 := time.Now()
-				status, resp, err := c.do(http.MethodPost, "/v1/jobs", body)
+				got, err := c.enqueue(min(k, n-first), 0, k > 1)
 				if err != nil {
 					fe.set(err)
 					return
 				}
-				if status != http.StatusCreated && status != http.StatusOK {
-					fe.set(unexpected("POST", "/v1/jobs", status, resp))
-					return
-				}
 				d = append(d, time.Since(t0))
-				got := int64(1)
-				if k > 1 {
-					var out struct {
-						Jobs []json.RawMessage `json:"jobs"`
-					}
-					if err := json.Unmarshal(resp, &out); err != nil {
-						fe.set(fmt.Errorf("POST /v1/jobs: %w", err))
-						return
-					}
-					got = int64(len(out.Jobs))
-				}
 				enqueued.Add(got)
 			}
 		})
@@ -880,32 +867,18 @@ func (b *bencher) clientWorker(ctx context.Context, w int, st *drainState) {
 // has its completions. With ClaimNext, completing the last job it holds
 // also claims its next one.
 func (b *bencher) worker(ctx context.Context, w int, st *drainState) {
-	name := "bench-w" + strconv.Itoa(w)
 	var claimD, completeD []time.Duration
 	defer func() {
 		st.lat.add("claim", claimD)
 		st.lat.add("complete", completeD)
 	}()
-	claimBody := fmt.Appendf(nil, `{"worker":%q,"queues":[%q],"lease_ms":%d,"wait_ms":%d`,
-		name, b.cfg.Queue, b.cfg.LeaseMs, b.cfg.WaitMs)
-	if b.cfg.ClaimMax > 0 {
-		claimBody = fmt.Appendf(claimBody, `,"max":%d`, b.cfg.ClaimMax)
-	}
-	claimBody = append(claimBody, '}')
-	claimNext := fmt.Appendf(nil, `,"claim_next":{"queues":[%q],"lease_ms":%d`, b.cfg.Queue, b.cfg.LeaseMs)
-	if b.cfg.ClaimMax > 0 {
-		// The completion claims up to ClaimMax jobs ("next_jobs").
-		claimNext = fmt.Appendf(claimNext, `,"max":%d`, b.cfg.ClaimMax)
-	}
-	claimNext = append(claimNext, '}')
-	c := b.newConn(ctx)
+	c := b.newCaller(ctx, "bench-w"+strconv.Itoa(w))
 	defer c.close()
 	var held []benchJob
-	var body []byte
 	for ctx.Err() == nil {
 		if len(held) == 0 {
 			t0 := time.Now()
-			jobs, err := b.claim(c, claimBody)
+			jobs, err := c.claim()
 			if err != nil {
 				if ctx.Err() == nil {
 					st.fe.set(err)
@@ -928,45 +901,24 @@ func (b *bencher) worker(ctx context.Context, w int, st *drainState) {
 		}
 		j := held[0]
 		held = held[1:]
-		path := "/v1/jobs/" + strconv.FormatUint(j.ID, 10) + "/complete"
-		body = fmt.Appendf(body[:0], `{"worker":%q,"fencing_token":%d`, name, j.token())
 		withNext := b.cfg.ClaimNext && len(held) == 0
-		if withNext {
-			body = append(body, claimNext...)
-		}
-		body = append(body, '}')
 		t0 := time.Now()
-		status, resp, err := c.do(http.MethodPost, path, body)
+		next, lost, err := c.complete(j, withNext)
 		if err != nil {
 			if ctx.Err() == nil {
 				st.fe.set(err)
 			}
 			return
 		}
-		switch status {
-		case http.StatusOK:
-		case http.StatusConflict:
+		if lost {
 			// The lease ran out and the job went to someone else: it
 			// will be completed by them. Not an error of the server.
 			st.refused.Add(1)
 			continue
-		default:
-			st.fe.set(unexpected("POST", path, status, resp))
-			return
 		}
 		completeD = append(completeD, time.Since(t0))
-		if withNext {
-			var done benchJob
-			if err := json.Unmarshal(resp, &done); err != nil {
-				st.fe.set(fmt.Errorf("POST %s: %w", path, err))
-				return
-			}
-			if done.Next != nil {
-				done.NextJobs = append(done.NextJobs, *done.Next)
-			}
-			st.claimed(done.NextJobs...)
-			held = append(held, done.NextJobs...)
-		}
+		st.claimed(next...)
+		held = append(held, next...)
 		st.completedOne()
 	}
 }
@@ -986,9 +938,95 @@ func (s *drainState) claimed(jobs ...benchJob) {
 	}
 }
 
+// caller is how one producer, worker or latency-mode send calls the
+// server: the JSON API over a benchConn (jsonCaller), or the protobuf API
+// through the generated connect client on a connection of its own
+// (rpcCaller, --protocol grpc or connect). A caller is used by one
+// goroutine at a time.
+type caller interface {
+	// enqueue enqueues n jobs due at due in one request (a list when
+	// list is set) and returns how many the server took.
+	enqueue(n int64, due time.Duration, list bool) (int64, error)
+	// claim claims up to ClaimMax jobs (one without it) and returns the
+	// jobs it got, none when the queue had none.
+	claim() ([]benchJob, error)
+	// complete completes j; with next, the completion also claims (up to
+	// ClaimMax) and returns what it claimed. lost: the completion was
+	// refused because the claim was no longer j's holder's.
+	complete(j benchJob, next bool) (claimed []benchJob, lost bool, err error)
+	close()
+}
+
+// newCaller is the caller of a producer (worker "") or worker of ctx.
+func (b *bencher) newCaller(ctx context.Context, worker string) caller {
+	if b.cfg.Protocol != "json" {
+		return b.newRPCCaller(ctx, worker)
+	}
+	c := &jsonCaller{b: b, c: b.newConn(ctx), worker: worker}
+	cfg := b.cfg
+	c.claimBody = fmt.Appendf(nil, `{"worker":%q,"queues":[%q],"lease_ms":%d,"wait_ms":%d`,
+		worker, cfg.Queue, cfg.LeaseMs, cfg.WaitMs)
+	if cfg.ClaimMax > 0 {
+		c.claimBody = fmt.Appendf(c.claimBody, `,"max":%d`, cfg.ClaimMax)
+	}
+	c.claimBody = append(c.claimBody, '}')
+	c.claimNext = fmt.Appendf(nil, `,"claim_next":{"queues":[%q],"lease_ms":%d`, cfg.Queue, cfg.LeaseMs)
+	if cfg.ClaimMax > 0 {
+		// The completion claims up to ClaimMax jobs ("next_jobs").
+		c.claimNext = fmt.Appendf(c.claimNext, `,"max":%d`, cfg.ClaimMax)
+	}
+	c.claimNext = append(c.claimNext, '}')
+	return c
+}
+
+// jsonCaller calls the JSON API.
+type jsonCaller struct {
+	b                    *bencher
+	c                    *benchConn
+	worker               string
+	claimBody, claimNext []byte
+	body                 []byte
+}
+
+func (c *jsonCaller) close() { c.c.close() }
+
+func (c *jsonCaller) enqueue(n int64, due time.Duration, list bool) (int64, error) {
+	body := c.body[:0]
+	if list {
+		body = append(body, '[')
+	}
+	for i := range n {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = c.b.appendJob(body, due)
+	}
+	if list {
+		body = append(body, ']')
+	}
+	c.body = body
+	status, resp, err := c.c.do(http.MethodPost, "/v1/jobs", body)
+	if err != nil {
+		return 0, err
+	}
+	if status != http.StatusCreated && status != http.StatusOK {
+		return 0, unexpected("POST", "/v1/jobs", status, resp)
+	}
+	if !list {
+		return 1, nil
+	}
+	var out struct {
+		Jobs []json.RawMessage `json:"jobs"`
+	}
+	if err := json.Unmarshal(resp, &out); err != nil {
+		return 0, fmt.Errorf("POST /v1/jobs: %w", err)
+	}
+	return int64(len(out.Jobs)), nil
+}
+
 // claim sends one claim and returns the jobs it got (none on 204).
-func (b *bencher) claim(c *benchConn, body []byte) ([]benchJob, error) {
-	status, resp, err := c.do(http.MethodPost, "/v1/claim", body)
+func (c *jsonCaller) claim() ([]benchJob, error) {
+	status, resp, err := c.c.do(http.MethodPost, "/v1/claim", c.claimBody)
 	if err != nil {
 		return nil, err
 	}
@@ -999,7 +1037,7 @@ func (b *bencher) claim(c *benchConn, body []byte) ([]benchJob, error) {
 	default:
 		return nil, unexpected("POST", "/v1/claim", status, resp)
 	}
-	if b.cfg.ClaimMax > 0 {
+	if c.b.cfg.ClaimMax > 0 {
 		var out struct {
 			Jobs []benchJob `json:"jobs"`
 		}
@@ -1013,6 +1051,38 @@ func (b *bencher) claim(c *benchConn, body []byte) ([]benchJob, error) {
 		return nil, fmt.Errorf("POST /v1/claim: %w", err)
 	}
 	return []benchJob{j}, nil
+}
+
+func (c *jsonCaller) complete(j benchJob, next bool) ([]benchJob, bool, error) {
+	path := "/v1/jobs/" + strconv.FormatUint(j.ID, 10) + "/complete"
+	body := fmt.Appendf(c.body[:0], `{"worker":%q,"fencing_token":%d`, c.worker, j.token())
+	if next {
+		body = append(body, c.claimNext...)
+	}
+	body = append(body, '}')
+	c.body = body
+	status, resp, err := c.c.do(http.MethodPost, path, body)
+	if err != nil {
+		return nil, false, err
+	}
+	switch status {
+	case http.StatusOK:
+	case http.StatusConflict:
+		return nil, true, nil
+	default:
+		return nil, false, unexpected("POST", path, status, resp)
+	}
+	if !next {
+		return nil, false, nil
+	}
+	var done benchJob
+	if err := json.Unmarshal(resp, &done); err != nil {
+		return nil, false, fmt.Errorf("POST %s: %w", path, err)
+	}
+	if done.Next != nil {
+		done.NextJobs = append(done.NextJobs, *done.Next)
+	}
+	return done.NextJobs, false, nil
 }
 
 // runLatency is the open-loop mode: job i is due at start+i/rate and sent
@@ -1039,7 +1109,7 @@ func (b *bencher) runLatency(ctx context.Context) (*Report, error) {
 	}
 	var sent, late atomic.Int64
 	// The sends share idle connections (workers keep their own).
-	pool := &connPool{b: b, ctx: dctx, idle: make(chan *benchConn, max(b.cfg.Workers+8, int(b.cfg.Rate)/10+b.cfg.Workers))}
+	pool := &connPool{b: b, ctx: dctx, idle: make(chan caller, max(b.cfg.Workers+8, int(b.cfg.Rate)/10+b.cfg.Workers))}
 	defer pool.closeAll()
 	var sends sync.WaitGroup
 	var enqMu sync.Mutex
@@ -1058,16 +1128,10 @@ func (b *bencher) runLatency(ctx context.Context) (*Report, error) {
 		sends.Go(func() {
 			c := pool.get()
 			defer pool.put(c)
-			c.scratch = b.appendJob(c.scratch[:0], due)
-			status, resp, err := c.do(http.MethodPost, "/v1/jobs", c.scratch)
-			if err != nil {
+			if _, err := c.enqueue(1, due, false); err != nil {
 				if dctx.Err() == nil {
 					st.fe.set(err)
 				}
-				return
-			}
-			if status != http.StatusCreated {
-				st.fe.set(unexpected("POST", "/v1/jobs", status, resp))
 				return
 			}
 			d := time.Since(start) - due
@@ -1114,7 +1178,7 @@ func (b *bencher) runLatency(ctx context.Context) (*Report, error) {
 
 func (r *Report) writeText(w io.Writer) {
 	c := r.Config
-	fmt.Fprintf(w, "fenceq bench (%s) against %s: queue %s, %d-byte payloads, %d workers", r.Mode, c.Server, c.Queue, c.Payload, c.Workers)
+	fmt.Fprintf(w, "fenceq bench (%s, %s) against %s: queue %s, %d-byte payloads, %d workers", r.Mode, c.Protocol, c.Server, c.Queue, c.Payload, c.Workers)
 	if r.Mode == "latency" {
 		fmt.Fprintf(w, ", %.0f jobs/s for %v", c.Rate, c.Duration)
 	} else {
