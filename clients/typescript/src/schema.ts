@@ -676,6 +676,126 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Schedules in name order
+         * @description Role: producer (admin passes every role check). Each schedule with its next fire times, last job and dropped ticks.
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A schedule
+         * @description Role: producer (admin passes every role check). With its next fire times (none while paused), last job and its state, and the ticks it dropped.
+         */
+        get: operations["getSchedule"];
+        /**
+         * Create or replace a schedule
+         * @description Role: admin (admin passes every role check): a schedule enqueues jobs for ever on its own, so creating or changing one is configuration, as pausing a queue is. Exactly one of cron and every_ms. A replaced schedule computes its next tick from now (no catch-up of the ticks between) and keeps its pause; its counters and last job stay. Audited (action schedule_put, subject schedule:<name>). Bad input (an invalid cron, an unknown zone, every_ms below 1000, both or neither of cron and every_ms, a TZ= or CRON_TZ= prefix, @every, a name with control characters or a slash) is 400 invalid_argument and writes nothing.
+         */
+        put: operations["putSchedule"];
+        post?: never;
+        /**
+         * Delete a schedule
+         * @description Role: admin (admin passes every role check): a schedule enqueues jobs for ever on its own, so creating or changing one is configuration, as pausing a queue is. Its jobs stay. Audited (schedule_delete). Answers the schedule as it was.
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{name}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a schedule
+         * @description Role: admin (admin passes every role check): a schedule enqueues jobs for ever on its own, so creating or changing one is configuration, as pausing a queue is. A paused schedule's ticks are dropped (not caught up later) and it has no next fire time. Pausing a paused schedule changes nothing. Audited (schedule_pause). No request body.
+         */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{name}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a schedule
+         * @description Role: admin (admin passes every role check): a schedule enqueues jobs for ever on its own, so creating or changing one is configuration, as pausing a queue is. The next tick is computed from now: the ticks of the pause are not caught up. Resuming a running schedule changes nothing. Audited (schedule_resume). No request body.
+         */
+        post: operations["resumeSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/schedules/{name}/trigger": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enqueue a schedule's job now
+         * @description Role: admin (admin passes every role check): a schedule enqueues jobs for ever on its own, so creating or changing one is configuration, as pausing a queue is. One job from the schedule's template, now: its scheduled_for is the store's now; the next tick does not move, and overlap does not apply. Works on a paused schedule too. Audited (schedule_trigger). No request body.
+         */
+        post: operations["triggerSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -921,6 +1041,15 @@ export interface components {
             attestation?: unknown;
             /** @description Absent when none was given. */
             idempotency_key?: string;
+            /** @description The schedule that enqueued the job; absent on a job a client enqueued. */
+            schedule?: string;
+            /**
+             * Format: date-time
+             * @description A schedule's job: the tick it was enqueued for (the trigger's time for POST /v1/schedules/{name}/trigger). Absent otherwise.
+             */
+            scheduled_for?: string;
+            /** @description Present (true) on a schedule's job enqueued for a missed tick by the catch-up policy. */
+            backfilled?: boolean;
         };
         JobList: {
             jobs: components["schemas"]["Job"][];
@@ -1373,6 +1502,8 @@ export interface components {
             audit: boolean;
             /** @description May pause and resume queues (POST /v1/queues/{queue}/pause, /resume). */
             pause: boolean;
+            /** @description May read schedules (GET /v1/schedules): the status page's schedules table. */
+            schedules: boolean;
         };
         Whoami: {
             /**
@@ -1471,7 +1602,7 @@ export interface components {
             /** @description Newest first. */
             refusals: components["schemas"]["Zombie"][];
         };
-        /** @description Everything the status page shows. A part the caller's roles do not allow is absent (queues, throughput, claimed, scheduled, retrying, dead, zombies, workers: GET /v1/jobs; leases: GET /v1/leases; audit: GET /v1/audit/verify). */
+        /** @description Everything the status page shows. A part the caller's roles do not allow is absent (queues, throughput, claimed, scheduled, retrying, dead, zombies, workers: GET /v1/jobs; leases: GET /v1/leases; schedules: GET /v1/schedules; audit: GET /v1/audit/verify). */
         Status: {
             queues?: components["schemas"]["QueueCounts"][];
             /** @description Oldest bucket first, the current one last. */
@@ -1489,7 +1620,157 @@ export interface components {
             workers?: components["schemas"]["Worker"][];
             leases?: components["schemas"]["Lease"][];
             audit?: components["schemas"]["AuditStatus"];
+            /** @description Schedules in name order, at most limit of them. */
+            schedules?: components["schemas"]["Schedule"][];
         } & components["schemas"]["Whoami"];
+        /** @description Exactly one of cron and every_ms. */
+        ScheduleRequest: {
+            /** @description Five fields (minute hour day-of-month month day-of-week), six with seconds first, or a descriptor (@yearly, @monthly, @weekly, @daily, @hourly), in timezone. Exclusive with every_ms. No TZ=/CRON_TZ= prefix (give timezone) and no @every (give every_ms). */
+            cron?: string;
+            /**
+             * Format: int64
+             * @description An interval of at least 1000 ms: ticks at start_at + k·every_ms. Exclusive with cron.
+             */
+            every_ms?: number;
+            /**
+             * Format: date-time
+             * @description every_ms only: the first tick; absent: the creation time cut to the second.
+             */
+            start_at?: string;
+            /** @description IANA zone the cron fields are read in; absent: UTC. A local time that does not exist (spring forward) fires once right after the gap; one that exists twice fires once, at the first, unless the hour field is * (docs/schedules.md). */
+            timezone?: string;
+            /**
+             * @description What a pass does with ticks missed while no replica ran: none drops them, latest (when absent) fires the most recent one, all fires every one inside catchup_window_ms, oldest first. Caught-up jobs are backfilled.
+             * @enum {string}
+             */
+            catchup?: "none" | "latest" | "all";
+            /**
+             * Format: int64
+             * @description catchup all only: how far back missed ticks are fired; absent: 3600000 (1 h), at most 7 days.
+             */
+            catchup_window_ms?: number;
+            /**
+             * @description skip drops (and counts in skipped_ticks) a tick while the schedule's last job is not completed, dead or cancelled; allow (when absent) fires anyway.
+             * @enum {string}
+             */
+            overlap?: "allow" | "skip";
+            /**
+             * Format: int64
+             * @description Each job's run_at is its tick plus a deterministic offset in [0, jitter_ms); at most 3600000. scheduled_for stays the tick.
+             */
+            jitter_ms?: number;
+            job: components["schemas"]["ScheduleJob"];
+        };
+        /** @description The job each tick enqueues. */
+        ScheduleJob: {
+            /** @description Absent or empty: "default". */
+            queue?: string;
+            kind?: string;
+            /** @description Any JSON value, stored and handed to each job byte for byte. */
+            payload?: unknown;
+            /**
+             * Format: int64
+             * @description Higher is claimed first; absent: 0.
+             */
+            priority?: number;
+            /**
+             * Format: uint64
+             * @description Absent or 0: the server's default.
+             */
+            max_attempts?: number;
+        };
+        Schedule: {
+            /** @description Five fields (minute hour day-of-month month day-of-week), six with seconds first, or a descriptor (@yearly, @monthly, @weekly, @daily, @hourly), in timezone. Exclusive with every_ms. No TZ=/CRON_TZ= prefix (give timezone) and no @every (give every_ms). */
+            cron?: string;
+            /**
+             * Format: int64
+             * @description An interval of at least 1000 ms: ticks at start_at + k·every_ms. Exclusive with cron.
+             */
+            every_ms?: number;
+            /**
+             * Format: date-time
+             * @description every_ms only: the first tick; absent: the creation time cut to the second.
+             */
+            start_at?: string;
+            /** @description IANA zone the cron fields are read in; absent: UTC. A local time that does not exist (spring forward) fires once right after the gap; one that exists twice fires once, at the first, unless the hour field is * (docs/schedules.md). */
+            timezone: string;
+            /**
+             * @description What a pass does with ticks missed while no replica ran: none drops them, latest (when absent) fires the most recent one, all fires every one inside catchup_window_ms, oldest first. Caught-up jobs are backfilled.
+             * @enum {string}
+             */
+            catchup: "none" | "latest" | "all";
+            /**
+             * Format: int64
+             * @description catchup all only: how far back missed ticks are fired; absent: 3600000 (1 h), at most 7 days.
+             */
+            catchup_window_ms?: number;
+            /**
+             * @description skip drops (and counts in skipped_ticks) a tick while the schedule's last job is not completed, dead or cancelled; allow (when absent) fires anyway.
+             * @enum {string}
+             */
+            overlap: "allow" | "skip";
+            /**
+             * Format: int64
+             * @description Each job's run_at is its tick plus a deterministic offset in [0, jitter_ms); at most 3600000. scheduled_for stays the tick.
+             */
+            jitter_ms?: number;
+            name: string;
+            job: components["schemas"]["ScheduleJob"];
+            /**
+             * Format: date-time
+             * @description When the schedule was first created.
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description Its last change (put, pause, resume).
+             */
+            updated_at: string;
+            /** @description The principal that created it. */
+            created_by?: string;
+            paused: boolean;
+            /**
+             * Format: date-time
+             * @description Present while paused.
+             */
+            paused_at?: string;
+            /** @description Present while paused: who paused it. */
+            paused_by?: string;
+            /**
+             * Format: date-time
+             * @description The next tick; absent while paused.
+             */
+            next_fire_at?: string;
+            /** @description The next 5 ticks (empty while paused). */
+            next_fires: string[];
+            /** @description The last job the schedule enqueued; absent before the first. */
+            last_job?: {
+                /** Format: uint64 */
+                id: number;
+                /**
+                 * Format: date-time
+                 * @description Its tick.
+                 */
+                scheduled_for: string;
+                /** @description Its state now; absent when the job no longer exists. */
+                state?: components["schemas"]["JobState"];
+            };
+            /**
+             * Format: uint64
+             * @description Ticks the catch-up policy dropped.
+             */
+            missed_ticks: number;
+            /**
+             * Format: uint64
+             * @description Ticks overlap skip dropped.
+             */
+            skipped_ticks: number;
+        };
+        ScheduleList: {
+            schedules: components["schemas"]["Schedule"][];
+            /** @description Pass as after= for the next page; absent at the end. */
+            next?: string;
+        };
         Health: {
             /** @enum {string} */
             status: "ok" | "ready";
@@ -1632,6 +1913,8 @@ export interface components {
         JobID: number;
         /** @description The lease name (1 to 1024 bytes of UTF-8, no control characters; slashes allowed), percent-encoded as ONE path segment: "/data/a.csv" is sent as %2Fdata%2Fa.csv (what url.PathEscape and encodeURIComponent give). The server decodes it once. (It also accepts the slashes as they are, /v1/leases//data/a.csv/acquire, but such paths cannot be described by an OpenAPI path template.) */
         LeaseName: string;
+        /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+        ScheduleName: string;
         /** @description The queue name ([A-Za-z0-9_.:-]{1,128}, after percent-decoding; anything else is 400 invalid_argument). */
         QueuePath: components["schemas"]["QueueName"];
     };
@@ -2578,6 +2861,231 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: {
+                /** @description Names after this one. */
+                after?: string;
+                /** @description 0 or absent: 100. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of schedules; next is the after= of the next page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description not_found: no schedule of that name. */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description The schedule replaced the one of that name. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description The schedule was created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description resource_exhausted: 1000 schedules exist already (delete one first), or the payload is larger than the server's limit. */
+            413: components["responses"]["TooLarge"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule as it was before the delete. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description not_found: no schedule of that name. */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule, paused. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description not_found: no schedule of that name. */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule, running. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description not_found: no schedule of that name. */
+            404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    triggerSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule name (1 to 200 bytes of UTF-8, no control characters, no slash), percent-encoded as one path segment (url.PathEscape, encodeURIComponent). The server decodes it once. */
+                name: components["parameters"]["ScheduleName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The job enqueued. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            /** @description not_found: no schedule of that name. */
+            404: components["responses"]["NotFound"];
+            /** @description resource_exhausted: the template's payload is larger than the server's limit now. */
+            413: components["responses"]["TooLarge"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
         };
