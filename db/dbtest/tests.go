@@ -44,6 +44,7 @@ var tests = []test{
 	{"Store_CheckLease", testStore_CheckLease},
 	{"Store_AcquireLease_Wait", testStore_AcquireLease_Wait},
 	{"Store_ListLeases", testStore_ListLeases},
+	{"Store_ListLeasesWithACursorThatIsNoNamePagesBytewise", testStore_ListLeasesWithACursorThatIsNoNamePagesBytewise},
 	{"Store_CheckJob", testStore_CheckJob},
 	// linearizability.go
 	{"Linearizable_ClaimsAndFencedCallsOnOneJob", testLinearizable_ClaimsAndFencedCallsOnOneJob},

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -207,8 +209,16 @@ func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.Le
 	if after <= req.Prefix {
 		after = ""
 	}
+	// Names sort bytewise (collation "C"), as bbolt's keys. A prefix or
+	// cursor that is no name — not UTF-8, or with a NUL, which a text
+	// parameter cannot carry — is compared as bytes.
+	where, prefix, cursor := `name >= $2 AND starts_with(name, $2) AND name > $3`, any(req.Prefix), any(after)
+	if !textParam(req.Prefix) || !textParam(after) {
+		where = `convert_to(name, 'UTF8') >= $2 AND substring(convert_to(name, 'UTF8') FROM 1 FOR length($2)) = $2 AND convert_to(name, 'UTF8') > $3`
+		prefix, cursor = []byte(req.Prefix), []byte(after)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT name, holder, token, expires_at, acquired_at, updated_at, `+nowSQL+` FROM fenceq_leases
-		WHERE name >= $2 AND starts_with(name, $2) AND name > $3 ORDER BY name LIMIT $4`, s.clockArg(), req.Prefix, after, req.Limit+1)
+		WHERE `+where+` ORDER BY name LIMIT $4`, s.clockArg(), prefix, cursor, req.Limit+1)
 	if err != nil {
 		return db.LeasePage{}, s.readError(err)
 	}
@@ -230,3 +240,7 @@ func (s *Store) ListLeases(ctx context.Context, req db.ListLeasesRequest) (db.Le
 	}
 	return page, s.readError(rows.Err())
 }
+
+// textParam reports whether a client's string can be a text parameter:
+// valid UTF-8 without a NUL.
+func textParam(v string) bool { return utf8.ValidString(v) && !strings.ContainsRune(v, 0) }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/jackc/pgx/v5"
@@ -205,7 +203,7 @@ func (s *Store) ListSchedules(ctx context.Context, req db.ListSchedulesRequest) 
 	// is no name — not UTF-8, or with a NUL, which a text parameter cannot
 	// carry — is compared as bytes.
 	where, after := `s.name > $1`, any(req.After)
-	if !utf8.ValidString(req.After) || strings.ContainsRune(req.After, 0) {
+	if !textParam(req.After) {
 		where, after = `convert_to(s.name, 'UTF8') > $1`, []byte(req.After)
 	}
 	rows, err := s.pool.Query(ctx, scheduleSelect+` WHERE `+where+` ORDER BY s.name LIMIT $2`, after, limit+1)
