@@ -137,10 +137,11 @@ func TestReplicas_OppositeLockOrdersDoNotDeadlock(t *testing.T) {
 }
 
 // TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt: replica
-// B's batch claims a job of q, then (before B's commit) replica A pauses
-// q and commits. B's claim must not commit after the pause: B's batch
-// finds the pause once it holds the audit head and runs again, and its
-// claim then takes nothing.
+// B's batch looks at q's jobs while another replica's transaction holds
+// the audit head, and that transaction pauses q and commits before B's
+// batch gets the head. B's claim must not commit after the pause: B's
+// batch reads the paused queues once it holds the head, and its claim
+// then takes nothing.
 func TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt(t *testing.T) {
 	u := newTestDB(t)
 	a, b := mustOpen(t, u, Options{}), mustOpen(t, u, Options{})
@@ -148,25 +149,56 @@ func TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pool, err := pgxpool.New(bg, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	other, err := pool.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(bg)
+	if _, err := other.Exec(bg, `SELECT 1 FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
 	var claimed []db.Job
-	claim := &writeOp{done: make(chan struct{}), fn: func(w *writer) (err error) {
-		claimed, err = claimIn(w, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}, Lease: time.Minute, Max: 1})
+	req := db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}, Lease: time.Minute, Max: 1}
+	// The claim's candidates are read at the batch's start (opPlan.claim).
+	claim := &writeOp{plan: opPlan{claim: &req}, done: make(chan struct{}), fn: func(w *writer) (err error) {
+		claimed, err = claimIn(w, req)
 		return err
 	}}
-	pauses := 0
-	pause := &writeOp{done: make(chan struct{}), fn: func(w *writer) error {
-		pauses++
-		_, err := a.SetQueuePaused(w.ctx, db.PauseRequest{Principal: "p", Queue: "q", Paused: true})
-		return err
-	}}
-	for ops := []*writeOp{claim, pause}; len(ops) > 0; {
-		ops = b.commitBatch(ops)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		for ops := []*writeOp{claim}; len(ops) > 0; {
+			ops = b.commitBatch(ops)
+		}
+	}()
+	// B's batch has looked at q's jobs once it waits for the head.
+	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		var waiting int
+		if err := other.QueryRow(bg, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'
+			AND transactionid::text = pg_current_xact_id()::text`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("B's batch never waited for the audit head")
+		}
 	}
-	if claim.err != nil || pause.err != nil {
-		t.Fatalf("batch errors = %v, %v", claim.err, pause.err)
+	if _, err := other.Exec(bg, `INSERT INTO fenceq_paused (queue, paused_at, paused_by) VALUES ('q', 1, 'p')`); err != nil {
+		t.Fatal(err)
 	}
-	if pauses < 2 || len(claimed) != 0 {
-		t.Fatalf("batch ran %d times and claimed %d jobs; want it run again after the pause and claim none", pauses, len(claimed))
+	if err := other.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	<-ran
+	if claim.err != nil || len(claimed) != 0 {
+		t.Fatalf("claim = %d jobs, %v; want none: q was paused before the batch held the head", len(claimed), claim.err)
 	}
 	job, err := b.GetJob(bg, res.Job.ID)
 	if err != nil || job.State != db.StateAvailable || job.Attempts != 0 {

@@ -6,11 +6,13 @@
 // with one statement per kind (batchView); one request's SQL error fails
 // the batch, which then runs each of its requests alone, so that it never
 // fails the others. Every mutation
-// appends to the one audit chain, whose head row a batch locks last, just
-// before its commit: replicas' batches lock and write their rows at once,
-// and only their appends to the chain (and their commits) take turns. A
-// batch takes the other locks its mutations could wait for at its start,
-// in one order (opPlan), so that overlapping batches cannot deadlock.
+// appends to the one audit chain, whose head row a batch locks at the end
+// of its first round trip, after every other lock its mutations could wait
+// for (taken in one order, opPlan), and holds to its commit, one round trip
+// later: replicas' batches take their locks and read their rows at once,
+// and only their decisions, writes and commits take turns. A batch that
+// holds the head waits for nothing more, so that overlapping batches cannot
+// deadlock.
 // Time is the database's clock (clock_timestamp() at the batch's start),
 // so replicas whose own clocks drift agree on when a lease ends.
 // Long-polls across replicas are woken by LISTEN/NOTIFY.
@@ -165,6 +167,14 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	cfg.MaxConns = opts.MaxConns
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = "fenceq"
+	// The batches' statements are planned once per connection, not at
+	// every run: their plans do not depend on the values (rows by id,
+	// arrays of one batch), and planning them anew each time cost a
+	// quarter of PostgreSQL's CPU on them. A URL that sets the mode keeps
+	// its own.
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	gate := &schemaGate{build: opts.Version}
 	gate.seen.Store(int64(SchemaVersion())) // migrate brings it there, or further
 	cfg.PrepareConn = gate.prepareConn
@@ -583,9 +593,9 @@ type writeOp struct {
 // opPlan is what a mutation will lock or create, declared before its batch
 // starts. A batch takes every lock its mutations could wait for at its
 // start, in one order shared by every replica (named locks by key, then
-// job rows by id), and the audit head at its end; the mutations themselves
-// then wait for nothing (claims skip locked rows), so that replicas'
-// batches, which now overlap, cannot deadlock.
+// job rows by id), and the audit head last; the mutations themselves then
+// wait for nothing (claims skip locked rows), so that replicas' batches,
+// which overlap, cannot deadlock.
 type opPlan struct {
 	jobs []uint64 // job rows it changes by id
 	keys []string // names it must hold alone: idempotency keys, lease names, pauses
@@ -684,8 +694,6 @@ type writer struct {
 	events  []db.AuditEvent
 	counts  map[countKey]int64
 	notify  []string
-	claimed []string // queues it claimed jobs of
-	paused  []string // queues it paused
 	after   []func() // after the commit
 	onAbort []func() // when this mutation or its batch is rolled back
 }
@@ -772,8 +780,6 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 				all.count(k.queue, k.state, d)
 			}
 			all.notify = append(all.notify, w.notify...)
-			all.claimed = append(all.claimed, w.claimed...)
-			all.paused = append(all.paused, w.paused...)
 			all.after = append(all.after, w.after...)
 			all.onAbort = append(all.onAbort, w.onAbort...)
 			continue
@@ -805,7 +811,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	committed, err := s.finishBatch(&all)
 	if err != nil && !committed {
 		abort()
-		if retryable(err) || errors.Is(err, errPausedMeanwhile) {
+		if retryable(err) {
 			s.retries.Add(1)
 			return batch
 		}
@@ -888,11 +894,6 @@ func (s *Store) dropLate(batch []*writeOp) []*writeOp {
 	return keep
 }
 
-// errPausedMeanwhile: a queue the batch claimed from was paused by another
-// replica's commit after the batch's claims looked; the batch runs again,
-// and its claims then see the pause.
-var errPausedMeanwhile = errors.New("db: postgres: a queue was paused during the batch")
-
 // commitError is the answer when COMMIT itself failed: if the connection
 // went, the outcome is unknown.
 func commitError(s *Store, err error) error {
@@ -938,10 +939,9 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 // batch's time, then the locks its mutations declared, named locks in key
 // order and then job rows in id order (see opPlan), and what its
 // mutations will read: ids for its new jobs, the jobs holding the
-// idempotency keys its enqueues name, the paused queues, and for its
-// claims the promotion of due scheduled jobs and their candidates, in one
-// statement for all of them. The audit head is not locked here but at the
-// batch's end.
+// idempotency keys its enqueues name, for its claims the promotion of due
+// scheduled jobs and their candidates, in one statement for all of them,
+// and last the audit head, locked to the commit, and the paused queues.
 //
 // The time is read at the start, before any lock, and may be a little
 // older than the commit. That is safe: every decision about one job (or
@@ -1007,11 +1007,18 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE (queue, idempotency_key) IN (SELECT q, k FROM unnest($1::text[], $2::bytea[]) AS u(q, k))`,
 			idemQ, toBytes(idemK))
 	}
-	b.Queue(`SELECT queue FROM fenceq_paused`)
 	if len(claimQueues) > 0 {
 		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(claimQueues, time.Time{}, true), nil, nil)...)
 		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
 	}
+	// The audit head, last, after every other lock the batch may wait
+	// for: the batch keeps it to its commit, and while it does it waits
+	// for nothing more (finishBatch), so that batches cannot deadlock on
+	// it. The paused queues are read after it: no pause can commit while
+	// the batch holds the head, so its claims decide against every pause
+	// committed before.
+	b.Queue(headSQL)
+	b.Queue(`SELECT queue FROM fenceq_paused`)
 	tx.tripOf(b.Len())
 	br := conn.SendBatch(ctx, b)
 	v := newBatchView()
@@ -1052,6 +1059,26 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 			}
 		}
 	}
+	if err == nil && len(claimQueues) > 0 {
+		if err = readPromoted(v, br); err == nil {
+			var recs []*db.JobRecord
+			if recs, err = scanJobs(br.Query()); err == nil {
+				v.fill(claimQueues, recs, limits)
+			}
+		}
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var heads []headRow
+			if heads, err = pgx.CollectRows(rows, scanHead); err == nil && len(heads) != 1 {
+				err = errNoHead
+			}
+			if err == nil {
+				tx.head, tx.locked = heads[0], time.Now()
+			}
+		}
+	}
 	if err == nil {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
@@ -1060,14 +1087,6 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 				for _, q := range paused {
 					v.paused[q] = true
 				}
-			}
-		}
-	}
-	if err == nil && len(claimQueues) > 0 {
-		if err = readPromoted(v, br); err == nil {
-			var recs []*db.JobRecord
-			if recs, err = scanJobs(br.Query()); err == nil {
-				v.fill(claimQueues, recs, limits)
 			}
 		}
 	}
@@ -1107,91 +1126,66 @@ func (s *Store) endBatch(tx *batchTx) {
 	tx.conn = nil
 }
 
+// headSQL reads the audit head and locks it, with the schema version and
+// the minimum writer version: a replica that a newer build's migration
+// left behind commits nothing more (schema.go).
+const headSQL = `SELECT seq, hash, last_time, ` + schemaVersionSQL + `, min_writer FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`
+
+// headRow is what headSQL reads.
+type headRow struct {
+	head      auditHead
+	version   int64
+	minWriter string
+}
+
+func scanHead(row pgx.CollectableRow) (headRow, error) {
+	var h headRow
+	var seq int64
+	err := row.Scan(&seq, &h.head.hash, &h.head.lastTime, &h.version, &h.minWriter)
+	h.head.seq = uint64(seq)
+	return h, err
+}
+
+// errNoHead: the audit head's row, which every migrated schema has, is gone.
+var errNoHead = errors.New("db: postgres: the audit head row is missing")
+
 // finishBatch writes the batch's job rows (one statement per kind, over
-// arrays), moves the counters, locks the audit head, appends the batch's
-// links after it, sends the notifications and commits: two round trips,
-// the head held for one. committed says whether COMMIT was sent
-// and may have been applied (an error then leaves the outcome unknown).
+// arrays), moves the counters, appends the batch's links after the audit
+// head it locked at its start, sends the notifications and commits, in one
+// round trip. Nothing it writes can make it wait: its job rows are locked
+// since its start, and the counters, the links and the head are written
+// only by the head's holder. committed says whether COMMIT was sent and
+// may have been applied (an error then leaves the outcome unknown).
 func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	tx := w.tx.(*batchTx)
+	defer func() {
+		s.headHeld.Add(int64(time.Since(tx.locked)))
+		s.headBatches.Add(1)
+	}()
 	if len(w.events) == 0 && !hasCounts(w.counts) && len(w.notify) == 0 && len(w.v.dirty) == 0 {
 		tx.trip()
 		_, err := tx.conn.Exec(w.ctx, `COMMIT`)
 		return true, err
 	}
-	// The head's lock orders this batch's links among every replica's:
-	// it is held from here to the commit, one round trip. The counters
-	// are written just before it, in the same round trip.
+	if err := s.gate.saw(tx.head.version, tx.head.minWriter); err != nil {
+		return false, err
+	}
 	b := &pgx.Batch{}
 	updates, inserts, err := w.v.flushJobs(b)
 	if err != nil {
 		return false, err
 	}
+	nJobs := b.Len()
 	s.queueCounts(b, w)
-	nCounts := b.Len()
-	// The schema version and the minimum writer version come with the
-	// head row: a replica that a newer build's migration left behind
-	// commits nothing more (schema.go).
-	b.Queue(`SELECT seq, hash, last_time, ` + schemaVersionSQL + `, min_writer FROM fenceq_audit_head WHERE id = 1 FOR UPDATE`)
-	claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
-	if len(claimed) > 0 {
-		// A claim that looked before another replica's pause committed
-		// must not commit after it: the pause's commit came before ours
-		// took the head, so this statement sees it.
-		b.Queue(`SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = ANY($1))`, claimed)
-	}
-	tx.tripOf(b.Len())
-	br := tx.conn.SendBatch(w.ctx, b)
-	for i := 0; i < nCounts && err == nil; i++ {
-		var tag pgconn.CommandTag
-		tag, err = br.Exec()
-		switch {
-		case err != nil:
-		case i == 0 && updates > 0:
-			err = checkWritten("update", tag.RowsAffected(), updates)
-		case i == min(updates, 1) && inserts > 0:
-			err = checkWritten("insert", tag.RowsAffected(), inserts)
-		}
-	}
-	var head auditHead
-	var seq, version int64
-	var minWriter string
-	if err == nil {
-		err = br.QueryRow().Scan(&seq, &head.hash, &head.lastTime, &version, &minWriter)
-	}
-	head.seq = uint64(seq)
-	paused := false
-	if err == nil && len(claimed) > 0 {
-		err = br.QueryRow().Scan(&paused)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return false, err
-	}
-	if err := s.gate.saw(version, minWriter); err != nil {
-		return false, err
-	}
-	if paused {
-		return false, errPausedMeanwhile
-	}
-	locked := time.Now()
-	defer func() {
-		s.headHeld.Add(int64(time.Since(locked)))
-		s.headBatches.Add(1)
-	}()
-	b = &pgx.Batch{}
-	if err := s.queueChain(b, w, head); err != nil {
+	if err := s.queueChain(b, w, tx.head.head); err != nil {
 		return false, err
 	}
 	b.Queue(`COMMIT`)
 	tx.tripOf(b.Len())
-	br = tx.conn.SendBatch(w.ctx, b)
-	for i := 0; i < b.Len(); i++ {
-		if _, err = br.Exec(); err != nil {
-			break
-		}
+	br := tx.conn.SendBatch(w.ctx, b)
+	err = execWritten(br, nJobs, updates, inserts)
+	for i := nJobs; i < b.Len() && err == nil; i++ {
+		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -1202,6 +1196,27 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return false, err
 	}
 	return true, err
+}
+
+// execWritten reads the results of flushJobs' n statements (the updates
+// first, then the inserts) and checks that each wrote every row it was
+// given.
+func execWritten(br pgx.BatchResults, n, updates, inserts int) error {
+	for i := 0; i < n; i++ {
+		tag, err := br.Exec()
+		switch {
+		case err != nil:
+			return err
+		case i == 0 && updates > 0:
+			err = checkWritten("update", tag.RowsAffected(), updates)
+		case i == min(updates, 1) && inserts > 0:
+			err = checkWritten("insert", tag.RowsAffected(), inserts)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func hasCounts(counts map[countKey]int64) bool {
@@ -1221,9 +1236,9 @@ type auditHead struct {
 
 // queueCounts queues on b the batch's changes to the job counters and the
 // audit counters, each in this replica's shard, in one order (job counts,
-// then audit counts, each by key): a batch takes these row locks before
-// the head's, so that their writes are not part of the head's turn, and
-// two replicas that share a shard wait for each other without a cycle.
+// then audit counts, each by key). A batch writes them while it holds the
+// audit head, so two replicas that share a shard never wait for each other
+// there.
 func (s *Store) queueCounts(b *pgx.Batch, w *writer) {
 	if len(w.counts) > 0 {
 		keys := make([]countKey, 0, len(w.counts))

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,6 +27,10 @@ type batchTx struct {
 	conn  *pgxpool.Conn
 	trips *atomic.Uint64 // round trips to the server, counted for tests
 	stmts *atomic.Uint64 // statements sent, counted for tests
+	// head is the audit head as the batch locked it at its start, at
+	// locked.
+	head   headRow
+	locked time.Time
 }
 
 func (t *batchTx) trip() { t.tripOf(1) }
