@@ -139,6 +139,7 @@ func claimIn(w *writer, req db.ClaimRequest) ([]db.Job, error) {
 		if err := putJob(w, best, &next); err != nil {
 			return nil, err
 		}
+		w.claimed = append(w.claimed, next.Queue)
 		jobs = append(jobs, next.Job())
 	}
 	return jobs, nil

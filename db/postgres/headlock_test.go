@@ -137,11 +137,11 @@ func TestReplicas_OppositeLockOrdersDoNotDeadlock(t *testing.T) {
 }
 
 // TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt: replica
-// B's batch looks at q's jobs while another replica's transaction holds
+// B's batch claims a job of q while another replica's transaction holds
 // the audit head, and that transaction pauses q and commits before B's
 // batch gets the head. B's claim must not commit after the pause: B's
-// batch reads the paused queues once it holds the head, and its claim
-// then takes nothing.
+// batch finds the pause once it holds the head and runs again, and its
+// claim then takes nothing.
 func TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt(t *testing.T) {
 	u := newTestDB(t)
 	a, b := mustOpen(t, u, Options{}), mustOpen(t, u, Options{})
@@ -176,7 +176,7 @@ func TestReplicas_AClaimThatLookedBeforeAPauseDoesNotCommitAfterIt(t *testing.T)
 			ops = b.commitBatch(ops)
 		}
 	}()
-	// B's batch has looked at q's jobs once it waits for the head.
+	// B's batch has claimed once it waits for the head.
 	for start := time.Now(); ; time.Sleep(5 * time.Millisecond) {
 		var waiting int
 		if err := other.QueryRow(bg, `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'

@@ -46,6 +46,7 @@ func (s *Store) SetQueuePaused(ctx context.Context, req db.PauseRequest) (db.Pau
 			return nil
 		}
 		if next != nil {
+			w.paused = append(w.paused, req.Queue)
 			_, err = w.tx.Exec(w.ctx, `INSERT INTO fenceq_paused (queue, paused_at, paused_by) VALUES ($1, $2, $3)`,
 				req.Queue, next.PausedAt, []byte(next.PausedBy))
 		} else {

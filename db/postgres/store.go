@@ -6,13 +6,14 @@
 // with one statement per kind (batchView); one request's SQL error fails
 // the batch, which then runs each of its requests alone, so that it never
 // fails the others. Every mutation
-// appends to the one audit chain, whose head row a batch locks at the end
-// of its first round trip, after every other lock its mutations could wait
-// for (taken in one order, opPlan), and holds to its commit, one round trip
-// later: replicas' batches take their locks and read their rows at once,
-// and only their decisions, writes and commits take turns. A batch that
-// holds the head waits for nothing more, so that overlapping batches cannot
-// deadlock.
+// appends to the one audit chain, whose head row a batch locks after every
+// other lock its mutations could wait for (taken in one order, opPlan) and
+// holds to its commit: at the end of its first round trip if no other
+// replica's batch holds it (then the batch ends in one more), else after
+// writing its job rows (then in two more). Replicas' batches take their
+// locks, read and write their rows at once, and only their appends to the
+// chain and their commits take turns. A batch that holds the head waits
+// for nothing more, so that overlapping batches cannot deadlock.
 // Time is the database's clock (clock_timestamp() at the batch's start),
 // so replicas whose own clocks drift agree on when a lease ends.
 // Long-polls across replicas are woken by LISTEN/NOTIFY.
@@ -694,6 +695,8 @@ type writer struct {
 	events  []db.AuditEvent
 	counts  map[countKey]int64
 	notify  []string
+	claimed []string // queues it claimed jobs of
+	paused  []string // queues it paused
 	after   []func() // after the commit
 	onAbort []func() // when this mutation or its batch is rolled back
 }
@@ -780,6 +783,8 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 				all.count(k.queue, k.state, d)
 			}
 			all.notify = append(all.notify, w.notify...)
+			all.claimed = append(all.claimed, w.claimed...)
+			all.paused = append(all.paused, w.paused...)
 			all.after = append(all.after, w.after...)
 			all.onAbort = append(all.onAbort, w.onAbort...)
 			continue
@@ -811,7 +816,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	committed, err := s.finishBatch(&all)
 	if err != nil && !committed {
 		abort()
-		if retryable(err) {
+		if retryable(err) || errors.Is(err, errPausedMeanwhile) {
 			s.retries.Add(1)
 			return batch
 		}
@@ -893,6 +898,11 @@ func (s *Store) dropLate(batch []*writeOp) []*writeOp {
 	}
 	return keep
 }
+
+// errPausedMeanwhile: a queue the batch claimed from was paused by another
+// replica's commit after the batch's claims looked; the batch runs again,
+// and its claims then see the pause.
+var errPausedMeanwhile = errors.New("db: postgres: a queue was paused during the batch")
 
 // commitError is the answer when COMMIT itself failed: if the connection
 // went, the outcome is unknown.
@@ -1011,13 +1021,13 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(claimQueues, time.Time{}, true), nil, nil)...)
 		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
 	}
-	// The audit head, last, after every other lock the batch may wait
-	// for: the batch keeps it to its commit, and while it does it waits
-	// for nothing more (finishBatch), so that batches cannot deadlock on
-	// it. The paused queues are read after it: no pause can commit while
-	// the batch holds the head, so its claims decide against every pause
-	// committed before.
-	b.Queue(headSQL)
+	// The audit head, if no other replica's batch holds it, last, after
+	// every other lock the batch may wait for: the batch then keeps it to
+	// its commit, one round trip later, and waits for nothing more
+	// (finishBatch). The paused queues are read after it: no pause can
+	// commit while the batch holds the head, so its claims decide against
+	// every pause committed before.
+	b.Queue(headSQL + ` SKIP LOCKED`)
 	b.Queue(`SELECT queue FROM fenceq_paused`)
 	tx.tripOf(b.Len())
 	br := conn.SendBatch(ctx, b)
@@ -1071,11 +1081,8 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
 			var heads []headRow
-			if heads, err = pgx.CollectRows(rows, scanHead); err == nil && len(heads) != 1 {
-				err = errNoHead
-			}
-			if err == nil {
-				tx.head, tx.locked = heads[0], time.Now()
+			if heads, err = pgx.CollectRows(rows, scanHead); err == nil && len(heads) == 1 {
+				tx.head, tx.locked = &heads[0], time.Now()
 			}
 		}
 	}
@@ -1151,24 +1158,25 @@ var errNoHead = errors.New("db: postgres: the audit head row is missing")
 
 // finishBatch writes the batch's job rows (one statement per kind, over
 // arrays), moves the counters, appends the batch's links after the audit
-// head it locked at its start, sends the notifications and commits, in one
-// round trip. Nothing it writes can make it wait: its job rows are locked
-// since its start, and the counters, the links and the head are written
-// only by the head's holder. committed says whether COMMIT was sent and
-// may have been applied (an error then leaves the outcome unknown).
+// head, sends the notifications and commits. A batch that took the head
+// at its start (beginBatch: no other replica's batch held it) does all of
+// it in one round trip. One that did not writes its job rows and locks
+// the head in a first round trip, and writes the rest in a second: the
+// head is then held for one round trip, not two, where replicas contend
+// for it. Either way a batch writes nothing after the head's lock but
+// what it holds already (its job rows) or what only the head's holder
+// writes (counters, links), so that a batch holding the head waits for
+// nobody. committed says whether COMMIT was sent and may have been applied
+// (an error then leaves the outcome unknown).
 func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	tx := w.tx.(*batchTx)
-	defer func() {
-		s.headHeld.Add(int64(time.Since(tx.locked)))
-		s.headBatches.Add(1)
-	}()
+	if tx.head != nil {
+		defer s.countHold(tx)
+	}
 	if len(w.events) == 0 && !hasCounts(w.counts) && len(w.notify) == 0 && len(w.v.dirty) == 0 {
 		tx.trip()
 		_, err := tx.conn.Exec(w.ctx, `COMMIT`)
 		return true, err
-	}
-	if err := s.gate.saw(tx.head.version, tx.head.minWriter); err != nil {
-		return false, err
 	}
 	b := &pgx.Batch{}
 	updates, inserts, err := w.v.flushJobs(b)
@@ -1176,6 +1184,48 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return false, err
 	}
 	nJobs := b.Len()
+	if tx.head == nil {
+		b.Queue(headSQL)
+		claimed := slices.DeleteFunc(slices.Clone(w.claimed), func(q string) bool { return slices.Contains(w.paused, q) })
+		if len(claimed) > 0 {
+			// A claim that looked before another replica's pause committed
+			// must not commit after it: the pause's commit came before ours
+			// took the head, so this statement sees it.
+			b.Queue(`SELECT EXISTS (SELECT 1 FROM fenceq_paused WHERE queue = ANY($1))`, claimed)
+		}
+		tx.tripOf(b.Len())
+		br := tx.conn.SendBatch(w.ctx, b)
+		err = execWritten(br, nJobs, updates, inserts)
+		var heads []headRow
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				heads, err = pgx.CollectRows(rows, scanHead)
+			}
+			if err == nil && len(heads) != 1 {
+				err = errNoHead
+			}
+		}
+		paused := false
+		if err == nil && len(claimed) > 0 {
+			err = br.QueryRow().Scan(&paused)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return false, err
+		}
+		tx.head, tx.locked = &heads[0], time.Now()
+		defer s.countHold(tx)
+		if paused {
+			return false, errPausedMeanwhile
+		}
+		b, nJobs, updates, inserts = &pgx.Batch{}, 0, 0, 0
+	}
+	if err := s.gate.saw(tx.head.version, tx.head.minWriter); err != nil {
+		return false, err
+	}
 	s.queueCounts(b, w)
 	if err := s.queueChain(b, w, tx.head.head); err != nil {
 		return false, err
@@ -1196,6 +1246,12 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 		return false, err
 	}
 	return true, err
+}
+
+// countHold adds how long tx held the audit head to the replica's figures.
+func (s *Store) countHold(tx *batchTx) {
+	s.headHeld.Add(int64(time.Since(tx.locked)))
+	s.headBatches.Add(1)
 }
 
 // execWritten reads the results of flushJobs' n statements (the updates

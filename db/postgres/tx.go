@@ -27,9 +27,9 @@ type batchTx struct {
 	conn  *pgxpool.Conn
 	trips *atomic.Uint64 // round trips to the server, counted for tests
 	stmts *atomic.Uint64 // statements sent, counted for tests
-	// head is the audit head as the batch locked it at its start, at
-	// locked.
-	head   headRow
+	// head is the audit head once the batch locked it (at its start, if
+	// no other replica's batch held it; else in finishBatch), at locked.
+	head   *headRow
 	locked time.Time
 }
 

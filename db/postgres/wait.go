@@ -85,6 +85,7 @@ func handOff(w *writer, rec *db.JobRecord, wt *wait.Claim) error {
 	if err := putJob(w, rec, &next); err != nil {
 		return err
 	}
+	w.claimed = append(w.claimed, next.Queue)
 	job := next.Job()
 	w.after = append(w.after, func() { w.s.waits.Deliver(wt, &job) })
 	*rec = next
