@@ -15,7 +15,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/postgres"
+	"github.com/fenceq/fenceq/db/postgres/pgtest"
 	"github.com/fenceq/fenceq/internal/lazyfs"
 )
 
@@ -177,16 +177,14 @@ func pgPowerSetup(t *testing.T) *pgCluster {
 	if os.Geteuid() != 0 {
 		t.Fatal("FENCEQ_POWERLOSS_PG=1: run as root (the mount is served as root, PostgreSQL as the postgres user)")
 	}
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
-	if len(bins) == 0 {
-		t.Fatal("FENCEQ_POWERLOSS_PG=1: no /usr/lib/postgresql/*/bin/postgres (apt-get install postgresql-15)")
-	}
-	u, err := user.Lookup("postgres")
+	bin, err := pgtest.ServerBin()
 	if err != nil {
 		t.Fatalf("FENCEQ_POWERLOSS_PG=1: %v", err)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid, err := pgtest.PostgresUser()
+	if err != nil {
+		t.Fatalf("FENCEQ_POWERLOSS_PG=1: %v", err)
+	}
 	// Not t.TempDir(): its directories are 0700 root, which the postgres
 	// user cannot pass through.
 	base, err := os.MkdirTemp("", "fenceq-powerpg-")
@@ -203,7 +201,7 @@ func pgPowerSetup(t *testing.T) *pgCluster {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	c := &pgCluster{t: t, bin: filepath.Dir(bins[0]), uid: uid, gid: gid, port: port,
+	c := &pgCluster{t: t, bin: bin, uid: uid, gid: gid, port: port,
 		sock: filepath.Join(base, "sock"), logPath: filepath.Join(base, "postgres.log")}
 	for _, d := range []string{"backing", "mnt", "sock"} {
 		p := filepath.Join(base, d)

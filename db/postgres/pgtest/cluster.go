@@ -40,11 +40,10 @@ type Cluster struct {
 func NewCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	ServerURL(tb)
-	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
-	if len(bins) == 0 {
-		tb.Fatal("pgtest: no /usr/lib/postgresql/*/bin/postgres for a cluster of the test's own (.ci/postgres.sh installs postgresql-15)")
+	bin, err := ServerBin()
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
 	}
-	bin := filepath.Dir(bins[len(bins)-1])
 	// Not t.TempDir(): its directories are 0700 root, which the postgres
 	// user cannot pass through.
 	dir, err := os.MkdirTemp("", "fenceq-pgtest-")
@@ -58,12 +57,10 @@ func NewCluster(tb testing.TB) *Cluster {
 	}
 	var cred *syscall.Credential
 	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
+		uid, gid, err := PostgresUser()
 		if err != nil {
 			tb.Fatalf("pgtest: running as root needs the postgres user: %v", err)
 		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
 		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			tb.Fatal(err)
@@ -120,6 +117,29 @@ func NewCluster(tb testing.TB) *Cluster {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// ServerBin is the directory of the newest PostgreSQL server installed
+// from Debian's packages (initdb, postgres).
+func ServerBin() (string, error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres")
+	if len(bins) == 0 {
+		return "", fmt.Errorf("no /usr/lib/postgresql/*/bin/postgres (.ci/postgres.sh installs postgresql-15)")
+	}
+	return filepath.Dir(bins[len(bins)-1]), nil
+}
+
+// PostgresUser is the postgres user's uid and gid: a test that runs as
+// root runs the server as that user (PostgreSQL refuses root).
+func PostgresUser() (uid, gid int, err error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return 0, 0, err
+	}
+	if uid, err = strconv.Atoi(u.Uid); err == nil {
+		gid, err = strconv.Atoi(u.Gid)
+	}
+	return uid, gid, err
 }
 
 // URL is the cluster's database "postgres", as its superuser.
