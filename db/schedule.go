@@ -104,7 +104,22 @@ type FireResult struct {
 	Dropped   int // ticks dropped (missed and skipped)
 	// Next is the earliest stored next fire time of a running schedule
 	// after the pass (zero: none), so that the tick loop sleeps until it.
+	// The schedules of Broken are left out: they stay due.
 	Next time.Time
+	// Broken are the due schedules the pass skipped because their stored
+	// spec does not compile with this build (ErrScheduleSpec): nothing of
+	// them was written — no job, no tick record, no audit link, the next
+	// fire time as it was — and every other due schedule was decided as
+	// usual. They do not count against the limit, so however many there
+	// are, the pass reaches the schedules due after them.
+	Broken []BrokenSchedule
+}
+
+// BrokenSchedule is a due schedule a pass skipped: its name, and Err, why
+// its stored spec does not compile (wrapping ErrScheduleSpec).
+type BrokenSchedule struct {
+	Name string
+	Err  error
 }
 
 // Schedules is the schedule half of a Store: periodic jobs.
@@ -133,7 +148,9 @@ type Schedules interface {
 	// scheduled_for) record per tick, the next fire time and an audit
 	// link. Replicas may race: a tick is enqueued once. A call enqueues
 	// at most MaxFireJobs jobs (it then decides fewer than limit, and the
-	// rest wait for the next call). Refusals: CodeInvalid (limit outside
+	// rest wait for the next call). A due schedule whose stored spec does
+	// not compile is skipped and reported in FireResult.Broken, never an
+	// error of the call. Refusals: CodeInvalid (limit outside
 	// 1..MaxSchedules, ValidateFireLimit).
 	FireSchedules(ctx context.Context, limit int) (FireResult, error)
 }

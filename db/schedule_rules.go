@@ -1,6 +1,7 @@
 package db
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -124,13 +125,19 @@ func (r *ScheduleRecord) Clone() ScheduleRecord {
 	return c
 }
 
+// ErrScheduleSpec is the error of a stored schedule spec that does not
+// compile with this build: a zone removed from its zone database, or a
+// spec a newer build stored that this build's parser refuses (builds of
+// different ages may share one PostgreSQL database).
+var ErrScheduleSpec = errors.New("db: schedule spec does not compile")
+
 // Compile compiles the record's spec. A stored spec that no longer
-// compiles (a zone removed from the zone database) is a fault of the
-// record, not a refusal.
+// compiles is a fault of the record, not a refusal: the error wraps
+// ErrScheduleSpec.
 func (r *ScheduleRecord) Compile() (*schedule.Schedule, error) {
 	c, err := schedule.Compile(r.Spec())
 	if err != nil {
-		return nil, fmt.Errorf("db: schedule spec does not compile: %v", err)
+		return nil, fmt.Errorf("%w: %v", ErrScheduleSpec, err)
 	}
 	return c, nil
 }

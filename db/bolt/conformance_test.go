@@ -1,10 +1,12 @@
 package bolt
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/dbtest"
+	"go.etcd.io/bbolt"
 )
 
 // TestConformance runs the suite every engine must pass on bbolt files in
@@ -37,3 +39,26 @@ var (
 	_ dbtest.Checker       = (*Store)(nil)
 	_ dbtest.Reopener      = (*Store)(nil)
 )
+
+var _ dbtest.ScheduleSpecSetter = (*Store)(nil)
+
+// SetStoredScheduleTimezone overwrites the stored time zone of schedule
+// name, bypassing the rules (dbtest.ScheduleSpecSetter): a test-only hook
+// that leaves a record as a build with another zone database would find it.
+func (s *Store) SetStoredScheduleTimezone(name, tz string) error {
+	return s.bolt.Update(func(tx *bbolt.Tx) error {
+		rec, err := getSchedule(tx, name)
+		if err != nil {
+			return err
+		}
+		if rec == nil {
+			return fmt.Errorf("no schedule %q", name)
+		}
+		rec.Timezone = tz
+		v, err := encodeRecord(&scheduleRecord{V: scheduleRecordVersion, ScheduleRecord: *rec})
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSchedules).Put([]byte(name), v)
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -426,7 +427,9 @@ func (op *triggerOp) apply(w *writer, _ int) (bool, error) {
 // case) reads the index's first entry in a read transaction and costs no
 // commit; otherwise one commit decides them all, each schedule in its own
 // steps (db.FireSchedule): its jobs under their tick records, its next
-// fire time, its counters and its "schedule_fire" audit link.
+// fire time, its counters and its "schedule_fire" audit link. A due
+// schedule whose spec does not compile is skipped, outside the limit, and
+// reported (db.FireResult.Broken).
 func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, error) {
 	if err := db.ValidateFireLimit(limit); err != nil {
 		return db.FireResult{}, err
@@ -449,21 +452,30 @@ func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, er
 	return op.res, nil
 }
 
-// firstNext is the earliest next fire time stored, zero for none.
-func firstNext(tx *bbolt.Tx) time.Time {
+// firstNext is the earliest next fire time stored, zero for none, of a
+// schedule other than the broken ones (which stay due: a pass skipped
+// them).
+func firstNext(tx *bbolt.Tx, broken ...db.BrokenSchedule) time.Time {
 	b := tx.Bucket(bucketScheduleNext)
 	if b == nil {
 		return time.Time{}
 	}
-	k, _ := b.Cursor().First()
-	if len(k) < 8 {
-		return time.Time{}
+	c := b.Cursor()
+next:
+	for k, _ := c.First(); len(k) >= 8; k, _ = c.Next() {
+		for _, br := range broken {
+			if br.Name == string(k[8:]) {
+				continue next
+			}
+		}
+		return db.FromUnixNano(timeFromKey(k, 0))
 	}
-	return db.FromUnixNano(timeFromKey(k, 0))
+	return time.Time{}
 }
 
-// fireOp: decide reads the due schedules from the index and plans each;
-// apply step i writes schedule i's pass.
+// fireOp: decide reads the due schedules from the index and plans each,
+// passing over (and reporting) those whose spec does not compile; apply
+// step i writes schedule i's pass.
 type fireOp struct {
 	limit int
 	names []string
@@ -493,6 +505,12 @@ func (op *fireOp) decide(r reader, now time.Time) error {
 			return err
 		}
 		p, err := db.FireSchedule(name, old, db.ScheduleBusy(st), now)
+		if errors.Is(err, db.ErrScheduleSpec) {
+			// It stays due and first in the index; not counting it
+			// against the limit lets the pass reach those after it.
+			op.res.Broken = append(op.res.Broken, db.BrokenSchedule{Name: name, Err: err})
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -513,7 +531,7 @@ func (op *fireOp) apply(w *writer, i int) (bool, error) {
 	if i+1 < len(op.plans) {
 		return true, nil
 	}
-	op.res.Next = firstNext(w.tx)
+	op.res.Next = firstNext(w.tx, op.res.Broken...)
 	return false, nil
 }
 

@@ -679,3 +679,105 @@ func testFireSchedulesRacingThroughEveryReplicaFireEachTickOnce(t *testing.T, op
 	r := open(t, testRules(clk), 3)
 	fireConcurrently(t, r, clk)
 }
+
+// ScheduleSpecSetter is a store whose tests can overwrite a schedule's
+// stored time zone behind the rules' back, leaving a spec this build
+// cannot compile — as a zone removed from the zone database, or a record a
+// newer build wrote, would. The engines implement it in their _test.go
+// files only.
+type ScheduleSpecSetter interface {
+	SetStoredScheduleTimezone(name, tz string) error
+}
+
+// A due schedule whose stored spec no longer compiles is skipped and
+// reported; nothing of it is written, and every other due schedule fires
+// — also when the broken ones come first and fill the limit.
+func testABrokenScheduleIsSkippedAndTheOthersFire(t *testing.T, newStore Factory) {
+	clk := newFakeClock()
+	s := newStore(t, testRules(clk))
+	setter, ok := s.(ScheduleSpecSetter)
+	if !ok {
+		t.Skipf("%T cannot overwrite a stored spec (dbtest.ScheduleSpecSetter)", s)
+	}
+	broken := []string{"a-broken", "b-broken"} // before "healthy" at the same next fire time
+	var first time.Time
+	for _, name := range append(broken, "healthy") {
+		first = putSchedule(t, s, name, everySpec(time.Minute)).Schedule.NextFire
+	}
+	setClock(clk, first)
+	if res := fireSchedules(t, s, 10); res.Schedules != 3 || len(res.Broken) != 0 {
+		t.Fatalf("FireSchedules(10) while every spec compiles = %+v, want 3 schedules decided", res)
+	}
+	before := map[string]db.Schedule{}
+	for _, name := range broken {
+		if err := setter.SetStoredScheduleTimezone(name, "Nowhere/Invalid"); err != nil {
+			t.Fatalf("SetStoredScheduleTimezone(%q) error = %v", name, err)
+		}
+		sc := getSchedule(t, s, name) // still answers
+		if !sc.NextFire.Equal(first.Add(time.Minute)) || len(sc.NextFires) != 0 {
+			t.Errorf("GetSchedule(%q) = NextFire %v, NextFires %v; want %v and none computed", name, sc.NextFire, sc.NextFires, first.Add(time.Minute))
+		}
+		before[name] = sc
+	}
+	auditOf := func(name string) int {
+		page, err := s.ListAuditBySubject(ctx, db.AuditSubjectRequest{Subject: db.ScheduleSubject(name)})
+		if err != nil {
+			t.Fatalf("ListAuditBySubject(%q) error = %v", name, err)
+		}
+		return len(page.Records)
+	}
+	wantBroken := func(what string, res db.FireResult) {
+		t.Helper()
+		var names []string
+		for _, b := range res.Broken {
+			names = append(names, b.Name)
+			if !errors.Is(b.Err, db.ErrScheduleSpec) {
+				t.Errorf("%s: Broken %q error = %v, want db.ErrScheduleSpec", what, b.Name, b.Err)
+			}
+		}
+		if !reflect.DeepEqual(names, broken) {
+			t.Errorf("%s: Broken = %v, want %v", what, names, broken)
+		}
+		if want := first.Add(2 * time.Minute); !res.Next.Equal(want) {
+			t.Errorf("%s: Next = %v, want healthy's %v (not the broken ones' past ones)", what, res.Next, want)
+		}
+	}
+
+	// Limit 1 with both broken schedules first: the pass still reaches
+	// the healthy one.
+	setClock(clk, first.Add(time.Minute))
+	res, err := s.FireSchedules(ctx, 1)
+	if err != nil {
+		t.Fatalf("FireSchedules(1) with broken specs error = %v, want the others fired", err)
+	}
+	if res.Schedules != 1 || res.Jobs != 1 {
+		t.Errorf("FireSchedules(1) = %+v, want the healthy schedule decided", res)
+	}
+	wantBroken("FireSchedules(1)", res)
+	if got, want := scheduledFors(scheduleJobs(t, s, "healthy")), []string{first.Format("15:04:05"), first.Add(time.Minute).Format("15:04:05")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("jobs of healthy = %v, want %v", got, want)
+	}
+	for _, name := range broken {
+		if got := getSchedule(t, s, name); !reflect.DeepEqual(got, before[name]) {
+			t.Errorf("GetSchedule(%q) after the pass = %+v, want unchanged %+v", name, got, before[name])
+		}
+		if n := len(scheduleJobs(t, s, name)); n != 1 {
+			t.Errorf("jobs of %s = %d, want the 1 it made before its spec broke", name, n)
+		}
+		if n := auditOf(name); n != 2 {
+			t.Errorf("audit records of %s = %d, want 2 (put, first fire)", name, n)
+		}
+	}
+
+	// Only the broken ones due: the pass writes nothing at all.
+	snap := takeSnapshot(t, s)
+	res = fireSchedules(t, s, 1)
+	if res.Schedules != 0 || res.Jobs != 0 {
+		t.Errorf("FireSchedules(1) with only broken schedules due = %+v, want nothing decided", res)
+	}
+	wantBroken("FireSchedules(1) again", res)
+	assertUnchanged(t, s, snap, "a pass over broken schedules only")
+	if rep, err := s.VerifyAudit(ctx); err != nil || !rep.OK {
+		t.Errorf("VerifyAudit() = %+v, %v; want OK", rep, err)
+	}
+}

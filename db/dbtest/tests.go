@@ -83,6 +83,7 @@ var tests = []test{
 	{"ATriggerEnqueuesOneJobNowAndLeavesTheNextTick", testATriggerEnqueuesOneJobNowAndLeavesTheNextTick},
 	{"ConcurrentFireSchedulesFireEachTickOnce", testConcurrentFireSchedulesFireEachTickOnce},
 	{"FireSchedulesDecidesAtMostLimitSchedulesAPass", testFireSchedulesDecidesAtMostLimitSchedulesAPass},
+	{"ABrokenScheduleIsSkippedAndTheOthersFire", testABrokenScheduleIsSkippedAndTheOthersFire},
 	{"ScheduleChangesAreAuditedAndTheChainVerifies", testScheduleChangesAreAuditedAndTheChainVerifies},
 	{"ASchedulesJobsOutliveItsDeleteAndARecreateStartsFresh", testASchedulesJobsOutliveItsDeleteAndARecreateStartsFresh},
 	{"SchedulesOutliveReopeningTheStore", testSchedulesOutliveReopeningTheStore},

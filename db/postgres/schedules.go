@@ -336,7 +336,9 @@ func (s *Store) TriggerSchedule(ctx context.Context, req db.ScheduleRequest) (db
 // schedule's next fire time, counters and last job with its
 // "schedule_fire" audit link. It stops before the schedule whose plan
 // would carry it past db.MaxFireJobs jobs (the first is always taken):
-// the rest stay due for the next call. Refusals: CodeInvalid (the limit).
+// the rest stay due for the next call. A due schedule whose spec does not
+// compile is skipped, outside the limit, and reported
+// (db.FireResult.Broken). Refusals: CodeInvalid (the limit).
 func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, error) {
 	if err := db.ValidateFireLimit(limit); err != nil {
 		return db.FireResult{}, err
@@ -362,34 +364,45 @@ func (s *Store) FireSchedules(ctx context.Context, limit int) (db.FireResult, er
 	return res, err
 }
 
-// fireIn is FireSchedules's mutation.
+// fireIn is FireSchedules's mutation. A due schedule whose spec does not
+// compile is skipped and reported (res.Broken); as it stays due and first
+// in next_fire order, it does not count against limit: the due names are
+// read again without the ones read so far, while some of them were
+// broken, until limit are planned or none is left — at most
+// db.MaxSchedules rows in all.
 func fireIn(w *writer, limit int) (db.FireResult, error) {
 	var res db.FireResult
 	now := w.now.UnixNano()
-	// The due schedules, more than limit: some may be another replica's.
-	rows, err := w.tx.Query(w.ctx, `SELECT name FROM fenceq_schedules WHERE next_fire <= $1 ORDER BY next_fire, name LIMIT $2`,
-		now, min(2*limit, db.MaxSchedules))
-	if err != nil {
-		return res, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return res, err
-	}
 	var plans []*db.FirePlan
-	if len(names) > 0 {
+	seen, broken := []string{}, []string{} // the rows read (planned or broken); the broken ones (not nil: NULL would match nothing)
+	jobs := 0
+	for len(plans) < limit {
+		left := limit - len(plans)
+		// The due schedules, more than left: some may be another replica's.
+		rows, err := w.tx.Query(w.ctx, `SELECT name FROM fenceq_schedules WHERE next_fire <= $1 AND name <> ALL($3::text[])
+			ORDER BY next_fire, name LIMIT $2`, now, min(2*left, db.MaxSchedules), seen)
+		if err != nil {
+			return res, err
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return res, err
+		}
+		if len(names) == 0 {
+			break
+		}
 		keys := make([]int64, len(names))
 		for i, n := range names {
 			keys[i] = lockKey(scheduleKey(n))
 		}
 		// The locks are tried in the order of the due names and only
-		// until limit are won (the LIMIT stops the scan), then the rows
+		// until left are won (the LIMIT stops the scan), then the rows
 		// are read again under them: one another replica decided
 		// meanwhile is no longer due.
-		rows, err := w.tx.Query(w.ctx, `WITH won AS (
+		rows, err = w.tx.Query(w.ctx, `WITH won AS (
 			  SELECT u.name FROM unnest($1::text[], $2::bigint[]) AS u(name, k) WHERE pg_try_advisory_xact_lock(u.k) LIMIT $3)
 			`+scheduleSelect+` WHERE s.name IN (SELECT name FROM won) AND s.next_fire <= $4 ORDER BY s.next_fire, s.name FOR UPDATE OF s`,
-			names, keys, limit, now)
+			names, keys, left, now)
 		if err != nil {
 			return res, err
 		}
@@ -406,24 +419,33 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 		if err := rows.Err(); err != nil {
 			return res, err
 		}
-		jobs := 0
+		full, found := false, false
 		for _, sc := range due {
 			p, err := db.FireSchedule(sc.name, sc.rec, db.ScheduleBusy(lastStateIn(w, sc.rec, sc.lastState)), w.now)
+			if errors.Is(err, db.ErrScheduleSpec) {
+				res.Broken = append(res.Broken, db.BrokenSchedule{Name: sc.name, Err: err})
+				seen, broken, found = append(seen, sc.name), append(broken, sc.name), true
+				continue
+			}
 			if err != nil {
 				return res, err
 			}
 			if jobs += len(p.Jobs); jobs > db.MaxFireJobs && len(plans) > 0 {
+				full = true
 				break // the next call takes it and the rest (db.MaxFireJobs)
 			}
-			plans = append(plans, p)
+			plans, seen = append(plans, p), append(seen, sc.name)
+		}
+		if full || !found {
+			break // nothing broken was in the way: the rest is not due, or another replica's
 		}
 	}
 	var first *int64
 	if len(plans) > 0 {
-		if err := firePlans(w, plans, &res, &first); err != nil {
+		if err := firePlans(w, plans, broken, &res, &first); err != nil {
 			return res, err
 		}
-	} else if err := w.tx.QueryRow(w.ctx, firstNextSQL).Scan(&first); err != nil {
+	} else if err := w.tx.QueryRow(w.ctx, firstNextSQL, broken).Scan(&first); err != nil {
 		return res, err
 	}
 	if first != nil {
@@ -432,13 +454,15 @@ func fireIn(w *writer, limit int) (db.FireResult, error) {
 	return res, nil
 }
 
-// firstNextSQL reads the earliest next fire time of a running schedule.
-const firstNextSQL = `SELECT min(next_fire) FROM fenceq_schedules WHERE next_fire IS NOT NULL`
+// firstNextSQL reads the earliest next fire time of a running schedule
+// other than the broken ones ($1), which stay due: a pass skipped them.
+const firstNextSQL = `SELECT min(next_fire) FROM fenceq_schedules WHERE next_fire IS NOT NULL AND name <> ALL($1::text[])`
 
 // firePlans writes the passes of plans (of schedules w holds locked):
 // the tick records, the jobs of the ticks recorded, the schedules; and
-// reads the earliest next fire time after them into first.
-func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult, first **int64) error {
+// reads the earliest next fire time after them, of a schedule not broken,
+// into first.
+func firePlans(w *writer, plans []*db.FirePlan, broken []string, res *db.FireResult, first **int64) error {
 	type tick struct {
 		name string
 		at   int64
@@ -516,7 +540,7 @@ func firePlans(w *writer, plans []*db.FirePlan, res *db.FireResult, first **int6
 			WHERE t.schedule = u.name AND t.scheduled_for < (SELECT k.scheduled_for FROM fenceq_schedule_ticks AS k
 			  WHERE k.schedule = u.name ORDER BY k.scheduled_for DESC OFFSET $2 LIMIT 1)`, pruned, db.ScheduleTicksKept-1)
 	}
-	b.Queue(firstNextSQL)
+	b.Queue(firstNextSQL, broken)
 	br := w.tx.SendBatch(w.ctx, b)
 	var err error
 	for i := 0; i < b.Len()-1 && err == nil; i++ {

@@ -5,7 +5,9 @@
 // resumed through this process). Every replica may run it: the store
 // decides each tick once (db.Schedules.FireSchedules), so no leader is
 // elected. Errors are logged and retried after a backoff; they never end
-// the loop. It imports package db only.
+// the loop. A schedule whose stored spec does not compile is skipped by
+// the store and logged at WARN once a round (db.FireResult.Broken). It
+// imports package db only.
 package tick
 
 import (
@@ -52,7 +54,8 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Wake, when it receives, ends a sleep at once. Optional.
 	Wake <-chan struct{}
-	// Logger receives failures. Default slog.Default().
+	// Logger receives failures, and the schedules skipped because their
+	// spec does not compile. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock the sleeps are computed with. Default time.Now.
 	Now func() time.Time
@@ -102,6 +105,9 @@ func Run(ctx context.Context, s Firer, o Options) error {
 			backoff = o.Backoff
 			sleep = SleepFor(res, decided, o.Now(), o.MaxSleep)
 		}
+		for _, b := range res.Broken {
+			o.Logger.Warn("schedules: skipped a due schedule whose spec does not compile", "schedule", b.Name, "err", b.Err)
+		}
 		if !wait(ctx, timer, sleep, o.Wake) {
 			return nil
 		}
@@ -110,14 +116,25 @@ func Run(ctx context.Context, s Firer, o Options) error {
 
 // Round is one round of the loop: FireSchedules calls, each with its own
 // deadline, until one decides fewer than o.Limit schedules. It returns
-// the last call's result and how many schedules the round decided.
+// the last call's result, with the broken schedules of every call (each
+// once, in the order first reported), and how many schedules the round
+// decided.
 func Round(ctx context.Context, s Firer, o Options) (db.FireResult, int, error) {
 	o.setDefaults()
 	decided := 0
+	var broken []db.BrokenSchedule
+	seen := map[string]bool{}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		res, err := s.FireSchedules(cctx, o.Limit)
 		cancel()
+		for _, b := range res.Broken {
+			if !seen[b.Name] {
+				seen[b.Name] = true
+				broken = append(broken, b)
+			}
+		}
+		res.Broken = broken
 		if err != nil {
 			return res, decided, err
 		}
