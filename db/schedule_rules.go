@@ -284,7 +284,10 @@ func SetSchedulePaused(old *ScheduleRecord, req SchedulePauseRequest, now time.T
 	}
 	c, err := old.Compile()
 	if err != nil {
-		return ScheduleRecord{}, false, AuditEvent{}, err
+		// The caller cannot resume it as it is stored: a refusal that
+		// says so, not a fault.
+		return ScheduleRecord{}, false, AuditEvent{}, Errorf(CodeConflict,
+			"schedule %q cannot be resumed: %v; put it again (PUT /v1/schedules/%s) with a spec this build accepts", req.Name, err, req.Name)
 	}
 	rec.PausedAt, rec.PausedBy, rec.Next = 0, "", UnixNano(c.Next(now))
 	return rec, true, AuditEvent{Principal: req.Principal, Action: "schedule_resume", Subject: ScheduleSubject(req.Name),

@@ -781,3 +781,41 @@ func testABrokenScheduleIsSkippedAndTheOthersFire(t *testing.T, newStore Factory
 		t.Errorf("VerifyAudit() = %+v, %v; want OK", rep, err)
 	}
 }
+
+// Resuming a paused schedule whose stored spec no longer compiles is a
+// refusal (failed_precondition, naming the schedule and the way out), not
+// a fault: the schedule stays paused as it was, with no audit link.
+func testResumingABrokenScheduleIsRefusedAndChangesNothing(t *testing.T, newStore Factory) {
+	clk := newFakeClock()
+	s := newStore(t, testRules(clk))
+	setter, ok := s.(ScheduleSpecSetter)
+	if !ok {
+		t.Skipf("%T cannot overwrite a stored spec (dbtest.ScheduleSpecSetter)", s)
+	}
+	putSchedule(t, s, "broken", everySpec(time.Minute))
+	if _, err := s.SetSchedulePaused(ctx, db.SchedulePauseRequest{Principal: "admin", Name: "broken", Paused: true}); err != nil {
+		t.Fatalf("pause error = %v", err)
+	}
+	if err := setter.SetStoredScheduleTimezone("broken", "Nowhere/Invalid"); err != nil {
+		t.Fatalf("SetStoredScheduleTimezone error = %v", err)
+	}
+	before := getSchedule(t, s, "broken")
+	links := func() int {
+		page, err := s.ListAuditBySubject(ctx, db.AuditSubjectRequest{Subject: db.ScheduleSubject("broken")})
+		if err != nil {
+			t.Fatalf("ListAuditBySubject error = %v", err)
+		}
+		return len(page.Records)
+	}
+	linksBefore := links()
+	_, err := s.SetSchedulePaused(ctx, db.SchedulePauseRequest{Principal: "admin", Name: "broken", Paused: false})
+	if db.ErrorCode(err) != db.CodeConflict || !strings.Contains(err.Error(), `"broken"`) {
+		t.Fatalf("resume of a schedule whose spec does not compile: error = %v (code %q), want failed_precondition naming it", err, db.ErrorCode(err))
+	}
+	if after := getSchedule(t, s, "broken"); !after.Paused || !reflect.DeepEqual(after, before) {
+		t.Errorf("schedule after the refused resume = %+v, want it unchanged %+v", after, before)
+	}
+	if n := links(); n != linksBefore {
+		t.Errorf("audit links of the schedule = %d after the refused resume, want %d", n, linksBefore)
+	}
+}

@@ -84,6 +84,7 @@ var tests = []test{
 	{"ConcurrentFireSchedulesFireEachTickOnce", testConcurrentFireSchedulesFireEachTickOnce},
 	{"FireSchedulesDecidesAtMostLimitSchedulesAPass", testFireSchedulesDecidesAtMostLimitSchedulesAPass},
 	{"ABrokenScheduleIsSkippedAndTheOthersFire", testABrokenScheduleIsSkippedAndTheOthersFire},
+	{"ResumingABrokenScheduleIsRefusedAndChangesNothing", testResumingABrokenScheduleIsRefusedAndChangesNothing},
 	{"ScheduleChangesAreAuditedAndTheChainVerifies", testScheduleChangesAreAuditedAndTheChainVerifies},
 	{"ASchedulesJobsOutliveItsDeleteAndARecreateStartsFresh", testASchedulesJobsOutliveItsDeleteAndARecreateStartsFresh},
 	{"SchedulesOutliveReopeningTheStore", testSchedulesOutliveReopeningTheStore},
