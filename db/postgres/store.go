@@ -359,6 +359,30 @@ func Migrate(ctx context.Context, url string, opts Options, dryRun bool) (Migrat
 // whether this build may still write. dryRun rolls the transaction back
 // before any migration runs.
 func migrate(ctx context.Context, pool *pgxpool.Pool, build string, dryRun bool) (MigrateReport, error) {
+	// A migration that alters a table the running replicas write (an
+	// older build's batches, during a rolling upgrade) can meet one of
+	// them in a deadlock, which PostgreSQL breaks by failing one side:
+	// the migration's transaction then rolled back whole, so it is run
+	// again.
+	for attempt := 1; ; attempt++ {
+		rep, err := migrateOnce(ctx, pool, build, dryRun)
+		if !retryable(err) || attempt == migrateAttempts {
+			return rep, err
+		}
+		select {
+		case <-ctx.Done():
+			return rep, err
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
+		}
+	}
+}
+
+// migrateAttempts bounds how often migrate runs a migration that failed
+// in a deadlock.
+const migrateAttempts = 5
+
+// migrateOnce is one attempt of migrate, in one transaction.
+func migrateOnce(ctx context.Context, pool *pgxpool.Pool, build string, dryRun bool) (MigrateReport, error) {
 	var rep MigrateReport
 	names, err := migrationNames()
 	if err != nil {
