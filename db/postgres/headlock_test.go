@@ -217,21 +217,7 @@ func TestOpen_MigratesASchema2DatabaseKeepingItsIDsAndCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(bg, `CREATE TABLE fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for v, name := range []string{"0001_init.sql", "0002_pause_archive.sql"} {
-		sql, err := migrations.ReadFile("migrations/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(bg, string(sql)); err != nil {
-			t.Fatalf("migration %s: %v", name, err)
-		}
-		if _, err := pool.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v+1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	migrateByHand(t, pool, 2)
 	if _, err := pool.Exec(bg, `UPDATE fenceq_audit_head SET next_job_id = 42 WHERE id = 1`); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/postgres/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func testURL(tb testing.TB) string { return pgtest.ServerURL(tb) }
@@ -35,4 +36,29 @@ func mustOpen(tb testing.TB, dbURL string, opts Options) *Store {
 func mustOpenStore(tb testing.TB, rules db.Rules) *Store {
 	tb.Helper()
 	return mustOpen(tb, newTestDB(tb), Options{Rules: rules})
+}
+
+// migrateByHand brings an empty schema to version n with this build's
+// first n migrations, as the build that stopped at n left it.
+func migrateByHand(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	names, err := migrationNames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(bg, `CREATE TABLE fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for v, name := range names[:n] {
+		sql, err := migrations.ReadFile("migrations/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(bg, string(sql)); err != nil {
+			t.Fatalf("migration %s: %v", name, err)
+		}
+		if _, err := pool.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v+1); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -24,21 +24,7 @@ func TestOpen_AMigrationThatMeetsADeadlockIsRunAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(bg, `CREATE TABLE fenceq_schema (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		t.Fatal(err)
-	}
-	for v, name := range names[:5] { // schema 5: the migration to 6 alters fenceq_jobs
-		sql, err := migrations.ReadFile("migrations/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := pool.Exec(bg, string(sql)); err != nil {
-			t.Fatalf("migration %s: %v", name, err)
-		}
-		if _, err := pool.Exec(bg, `INSERT INTO fenceq_schema (version) VALUES ($1)`, v+1); err != nil {
-			t.Fatal(err)
-		}
-	}
+	migrateByHand(t, pool, 5) // schema 5: the migration to 6 alters fenceq_jobs
 	// The older replica's transaction: it writes fenceq_jobs. It never
 	// runs the deadlock check itself, so that the migration's side is the
 	// one PostgreSQL fails.
