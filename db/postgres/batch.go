@@ -47,7 +47,7 @@ func (s *Store) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) (
 		}
 	}
 	var out []db.ItemResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids}, func(w *writer) (err error) {
+	err := s.updatePlan(ctx, opPlan{jobs: ids, early: true}, func(w *writer) (err error) {
 		out, err = fencedBatch(w, ids, invalid, ts)
 		return err
 	})
@@ -77,7 +77,7 @@ func (s *Store) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (
 		}
 	}
 	var res db.CompleteBatchResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids, claim: next}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: ids, claim: next, early: true}, func(w *writer) error {
 		res = db.CompleteBatchResult{}
 		items, err := fencedBatch(w, ids, invalid, ts)
 		if err != nil {
@@ -106,7 +106,7 @@ func (s *Store) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemR
 		}
 	}
 	var out []db.ItemResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids}, func(w *writer) (err error) {
+	err := s.updatePlan(ctx, opPlan{jobs: ids, early: true}, func(w *writer) (err error) {
 		out, err = fencedBatch(w, ids, invalid, ts)
 		return err
 	})

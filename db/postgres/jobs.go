@@ -19,8 +19,9 @@ const jobColumns = `id, queue, kind, payload, priority, state, attempts, max_att
 	lease_expires_at, run_at, created_at, updated_at, completed_at, last_error, errors, result, attestation, idempotency_key,
 	schedule, scheduled_for, backfilled`
 
-// scanJob reads one row of jobColumns.
-func scanJob(row pgx.Row) (*db.JobRecord, error) {
+// scanJob reads one row of jobColumns, and into extra the columns after
+// them.
+func scanJob(row pgx.Row, extra ...any) (*db.JobRecord, error) {
 	var (
 		r                                      db.JobRecord
 		id, attempts, maxAttempts, budget      int64
@@ -30,9 +31,9 @@ func scanJob(row pgx.Row) (*db.JobRecord, error) {
 		sched                                  *string
 		schedFor                               *int64
 	)
-	err := row.Scan(&id, &r.Queue, &kind, &r.Payload, &r.Priority, &state, &attempts, &maxAttempts, &budget, &claimedBy,
+	err := row.Scan(append([]any{&id, &r.Queue, &kind, &r.Payload, &r.Priority, &state, &attempts, &maxAttempts, &budget, &claimedBy,
 		&lease, &runAt, &created, &updated, &compAt, &lastError, &errs, &r.Result, &r.Attestation, &idem,
-		&sched, &schedFor, &r.Backfilled)
+		&sched, &schedFor, &r.Backfilled}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +254,7 @@ func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
 // what it returns: the rules decide, this only writes.
 func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (db.Job, error) {
 	var job db.Job
-	err := s.updatePlan(ctx, opPlan{jobs: []uint64{id}}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{id}, early: true}, func(w *writer) error {
 		rec, err := changeIn(w, id, transition)
 		if err == nil {
 			job = rec.Job()
@@ -320,7 +321,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 		job  db.Job
 		jobs []db.Job
 	)
-	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}, claim: &next}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}, claim: &next, early: true}, func(w *writer) error {
 		rec, err := changeIn(w, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 			return db.Complete(old, req, now)
 		})

@@ -78,6 +78,12 @@ type Options struct {
 	// by the given amount, to show that this engine never judges a lease
 	// by it.
 	LocalClockSkew time.Duration
+	// NoEarlyRead turns off reading what a batch will need before its
+	// requests come (early.go). Default: on.
+	NoEarlyRead bool
+	// EarlyWindow is how long an early read waits for its batch (tests:
+	// longer than a test's steps). Default 5ms (earlyWindow).
+	EarlyWindow time.Duration
 	// Version is this build's release version (vMAJOR.MINOR.PATCH), held
 	// against the database's minimum writer version: a build below it is
 	// refused at Open and stops serving when the minimum rises while it
@@ -89,6 +95,9 @@ func (o *Options) setDefaults() {
 	o.Rules.SetDefaults()
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 500
+	}
+	if o.EarlyWindow <= 0 {
+		o.EarlyWindow = earlyWindow
 	}
 	if o.MaxConns <= 0 {
 		o.MaxConns = 16
@@ -128,7 +137,16 @@ type Store struct {
 	committedOps atomic.Uint64
 	trips        atomic.Uint64 // round trips of the batches' transactions
 	stmts        atomic.Uint64 // statements of the batches' transactions
-	retries      atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
+	// Early reads (early.go): the one waiting for its batch, how many
+	// served one and how many did not, and their round trips and
+	// statements (not in trips and stmts: none is a batch's wait).
+	earlyMu                sync.Mutex
+	early                  *earlyBegin
+	earlyHits, earlyMisses atomic.Uint64
+	earlyTrips, earlyStmts atomic.Uint64
+	lastSeq                uint64        // the audit head's seq after this replica's last batch (commit loop)
+	earlyPrev              batchNeed     // the rows and claims of the last batch that claimed jobs (commit loop)
+	retries                atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
 	// headHeld sums, over headBatches batches, the time from the audit
 	// head's lock reaching this replica to the commit's answer: a lower
 	// bound on how long each batch kept every replica's appends waiting.
@@ -598,7 +616,7 @@ func isConnError(err error) bool {
 // failure.
 func retryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.Is(err, errEarlyStale) || errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // writeOp is one mutation waiting for a shared transaction. fn must set its
@@ -628,6 +646,11 @@ type opPlan struct {
 	inserts int              // at most this many new jobs (ids from the sequence)
 	idem    []idemPair       // the jobs holding these idempotency keys
 	claim   *db.ClaimRequest // the candidates of a claim (normalized)
+	// early: the mutation may be decided in a transaction begun before it
+	// arrived, as of that begin's time (early.go): its outcome depends on
+	// the time only through claims, which use such a transaction only when
+	// no job could become due or expire in between.
+	early bool
 }
 
 // Names of opPlan.keys, each a transaction-level advisory lock.
@@ -679,14 +702,25 @@ func (s *Store) updatePlan(ctx context.Context, plan opPlan, fn func(w *writer) 
 // previous batch ended, up to MaxBatch.
 func (s *Store) commitLoop() {
 	defer close(s.committed)
+	defer s.dropEarly()
 	var retry []*writeOp
+	expire := time.NewTimer(time.Hour)
+	defer expire.Stop()
 	for {
 		batch := retry
 		retry = nil
 		if len(batch) == 0 {
+			var expired <-chan time.Time
+			if at := s.earlyDeadline(); !at.IsZero() {
+				expire.Reset(time.Until(at))
+				expired = expire.C
+			}
 			select {
 			case op := <-s.writes:
 				batch = append(batch, op)
+			case <-expired:
+				s.dropEarly()
+				continue
 			case <-s.closing:
 				return
 			}
@@ -869,6 +903,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 	for _, f := range all.after {
 		f()
 	}
+	s.beginEarly(tx, v, len(all.events))
 	return nil
 }
 
@@ -985,65 +1020,104 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 // longer and a scheduled job not yet due, never a lease expired early.
 // The audit chain's times are kept from stepping back in finishBatch.
 func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, *batchView, error) {
-	var jobs, keys []int64
-	var idemQ, idemK []string
-	inserts := 0
-	var claimQueues []string
-	limits := map[string]int{}
+	need := needOf(batch)
+	var conn *pgxpool.Conn
+	if e := s.takeEarly(); e != nil {
+		tx, now, v, err := s.useEarly(e, need)
+		if err == nil && tx != nil {
+			return tx, now, v, nil
+		}
+		if err == nil {
+			conn = e.tx.conn // not for this batch: its connection is free
+		}
+	}
+	if conn == nil {
+		var err error
+		if conn, err = s.pool.Acquire(ctx); err != nil {
+			return nil, time.Time{}, nil, err
+		}
+	}
+	tx := &batchTx{conn: conn, trips: &s.trips, stmts: &s.stmts, need: need}
+	br := s.sendBegin(ctx, tx, need)
+	now, v, err := readBegin(br, tx, need)
+	if err != nil {
+		s.endBatch(tx)
+		return nil, time.Time{}, nil, err
+	}
+	return tx, now, v, nil
+}
+
+// batchNeed is what a batch locks and reads at its start: the sum of its
+// mutations' plans.
+type batchNeed struct {
+	jobs, keys   []int64 // sorted, without repeats (jobs)
+	inserts      int
+	idemQ, idemK []string
+	claimQueues  []string
+	limits       map[string]int
+	// early: every mutation may be decided as of an early begin's time
+	// (opPlan.early).
+	early bool
+}
+
+func needOf(batch []*writeOp) batchNeed {
+	n := batchNeed{limits: map[string]int{}, early: true}
 	for _, op := range batch {
+		n.early = n.early && op.plan.early
 		for _, id := range op.plan.jobs {
 			if id <= 1<<63-1 {
-				jobs = append(jobs, int64(id))
+				n.jobs = append(n.jobs, int64(id))
 			}
 		}
 		for _, k := range op.plan.keys {
-			keys = append(keys, lockKey(k))
+			n.keys = append(n.keys, lockKey(k))
 		}
-		inserts += op.plan.inserts
+		n.inserts += op.plan.inserts
 		for _, k := range op.plan.idem {
-			idemQ, idemK = append(idemQ, k.queue), append(idemK, k.key)
+			n.idemQ, n.idemK = append(n.idemQ, k.queue), append(n.idemK, k.key)
 		}
 		if c := op.plan.claim; c != nil {
 			for _, q := range c.Queues {
-				if _, ok := limits[q]; !ok {
-					claimQueues = append(claimQueues, q)
+				if _, ok := n.limits[q]; !ok {
+					n.claimQueues = append(n.claimQueues, q)
 				}
-				limits[q] = min(limits[q]+c.Max, db.MaxClaimBatch)
+				n.limits[q] = min(n.limits[q]+c.Max, db.MaxClaimBatch)
 			}
 		}
 	}
-	slices.Sort(jobs)
-	jobs = slices.Compact(jobs)
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, time.Time{}, nil, err
-	}
-	tx := &batchTx{conn: conn, trips: &s.trips, stmts: &s.stmts}
+	slices.Sort(n.jobs)
+	n.jobs = slices.Compact(n.jobs)
+	slices.Sort(n.keys)
+	n.keys = slices.Compact(n.keys)
+	return n
+}
+
+// sendBegin sends a batch's first round trip on tx's connection; readBegin
+// reads its answers.
+func (s *Store) sendBegin(ctx context.Context, tx *batchTx, need batchNeed) pgx.BatchResults {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	// The time, kept for the statements after this one in the round trip.
 	b.Queue(`SELECT set_config('fenceq.now', (`+nowSQL+`)::text, true)::bigint`, s.clockArg())
-	if len(keys) > 0 {
-		slices.Sort(keys)
+	if len(need.keys) > 0 {
 		b.Queue(`SELECT count(*) FROM (SELECT DISTINCT k FROM unnest($1::bigint[]) AS u(k) ORDER BY k) AS u
-			CROSS JOIN LATERAL pg_advisory_xact_lock(u.k)`, slices.Compact(keys))
+			CROSS JOIN LATERAL pg_advisory_xact_lock(u.k)`, need.keys)
 	}
-	if len(jobs) > 0 {
-		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, jobs)
+	if len(need.jobs) > 0 {
+		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE`, need.jobs)
 	}
-	newIDs := inserts > 0 || len(idemQ) > 0
-	if newIDs {
+	if need.newIDs() {
 		// One per enqueue without a key, and one per key no job holds.
 		b.Queue(`SELECT nextval('fenceq_job_id') FROM generate_series(1, $1::int + (SELECT count(*)::int FROM (SELECT DISTINCT q, k FROM unnest($2::text[], $3::bytea[]) AS u(q, k)) AS u
-			WHERE NOT EXISTS (SELECT 1 FROM fenceq_jobs WHERE queue = u.q AND idempotency_key = u.k)))`, inserts, idemQ, toBytes(idemK))
+			WHERE NOT EXISTS (SELECT 1 FROM fenceq_jobs WHERE queue = u.q AND idempotency_key = u.k)))`, need.inserts, need.idemQ, toBytes(need.idemK))
 	}
-	if len(idemQ) > 0 {
+	if len(need.idemQ) > 0 {
 		b.Queue(`SELECT `+jobColumns+` FROM fenceq_jobs WHERE (queue, idempotency_key) IN (SELECT q, k FROM unnest($1::text[], $2::bytea[]) AS u(q, k))`,
-			idemQ, toBytes(idemK))
+			need.idemQ, toBytes(need.idemK))
 	}
-	if len(claimQueues) > 0 {
-		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(claimQueues, time.Time{}, true), nil, nil)...)
-		b.Queue(candidatesSQL, candidateArgs(claimQueues, limits, nil, jobs)...)
+	if len(need.claimQueues) > 0 {
+		b.Queue(promoteSQL, promoteArgs(db.PlanPromotion(need.claimQueues, time.Time{}, true), nil, nil)...)
+		b.Queue(candidatesSQL, candidateArgs(need.claimQueues, need.limits, nil, need.jobs)...)
 	}
 	// The audit head, if no other replica's batch holds it, last, after
 	// every other lock the batch may wait for: the batch then keeps it to
@@ -1054,20 +1128,27 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 	b.Queue(headSQL + ` SKIP LOCKED`)
 	b.Queue(`SELECT queue FROM fenceq_paused`)
 	tx.tripOf(b.Len())
-	br := conn.SendBatch(ctx, b)
+	return tx.conn.SendBatch(ctx, b)
+}
+
+func (n batchNeed) newIDs() bool { return n.inserts > 0 || len(n.idemQ) > 0 }
+
+// readBegin reads the answers of sendBegin's round trip into a new view of
+// the batch: its time and its rows.
+func readBegin(br pgx.BatchResults, tx *batchTx, need batchNeed) (time.Time, *batchView, error) {
 	v := newBatchView()
 	var ns int64
-	_, err = br.Exec()
+	_, err := br.Exec()
 	if err == nil {
 		err = br.QueryRow().Scan(&ns)
 	}
-	if err == nil && len(keys) > 0 {
+	if err == nil && len(need.keys) > 0 {
 		_, err = br.Exec()
 	}
-	if err == nil && len(jobs) > 0 {
+	if err == nil && len(need.jobs) > 0 {
 		var recs []*db.JobRecord
 		if recs, err = scanJobs(br.Query()); err == nil {
-			for _, id := range jobs {
+			for _, id := range need.jobs {
 				v.asked[uint64(id)] = true
 			}
 			for _, r := range recs {
@@ -1075,16 +1156,16 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 			}
 		}
 	}
-	if err == nil && newIDs {
+	if err == nil && need.newIDs() {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
 			v.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			slices.Sort(v.ids)
 		}
 	}
-	if err == nil && len(idemQ) > 0 {
-		for i := range idemQ {
-			v.idem[idemPair{idemQ[i], idemK[i]}] = nil // no job holds it
+	if err == nil && len(need.idemQ) > 0 {
+		for i := range need.idemQ {
+			v.idem[idemPair{need.idemQ[i], need.idemK[i]}] = nil // no job holds it
 		}
 		var recs []*db.JobRecord
 		if recs, err = scanJobs(br.Query()); err == nil {
@@ -1093,11 +1174,11 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 			}
 		}
 	}
-	if err == nil && len(claimQueues) > 0 {
+	if err == nil && len(need.claimQueues) > 0 {
 		if err = readPromoted(v, br); err == nil {
 			var recs []*db.JobRecord
 			if recs, err = scanJobs(br.Query()); err == nil {
-				v.fill(claimQueues, recs, limits)
+				v.fill(need.claimQueues, recs, need.limits)
 			}
 		}
 	}
@@ -1125,11 +1206,10 @@ func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, tim
 		err = cerr
 	}
 	if err != nil {
-		s.endBatch(tx)
-		return nil, time.Time{}, nil, err
+		return time.Time{}, nil, err
 	}
 	v.undo = nil
-	return tx, time.Unix(0, ns).UTC(), v, nil
+	return time.Unix(0, ns).UTC(), v, nil
 }
 
 func toBytes(ss []string) [][]byte {
@@ -1194,6 +1274,9 @@ var errNoHead = errors.New("db: postgres: the audit head row is missing")
 // (an error then leaves the outcome unknown).
 func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	tx := w.tx.(*batchTx)
+	if tx.early {
+		return s.finishEarly(w)
+	}
 	if tx.head != nil {
 		defer s.countHold(tx)
 	}
@@ -1258,7 +1341,14 @@ func (s *Store) finishBatch(w *writer) (committed bool, err error) {
 	tx.tripOf(b.Len())
 	br := tx.conn.SendBatch(w.ctx, b)
 	err = execWritten(br, nJobs, updates, inserts)
-	for i := nJobs; i < b.Len() && err == nil; i++ {
+	return readCommit(tx, br, nJobs, b.Len(), err)
+}
+
+// readCommit reads the answers of a batch's last round trip from its i-th
+// statement of n (COMMIT last) and says whether COMMIT may have been
+// applied.
+func readCommit(tx *batchTx, br pgx.BatchResults, i, n int, err error) (committed bool, _ error) {
+	for ; i < n && err == nil; i++ {
 		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {

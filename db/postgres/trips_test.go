@@ -15,25 +15,35 @@ import (
 // time, the locked rows, the promotion, the candidates and the head's
 // lock; the job writes, counters, links and COMMIT. A change that adds one
 // shows here. (Before set-based batches: 5 and 4; with the head locked
-// after the job writes: 3 and 3.)
+// after the job writes: 3 and 3.) The completion after the claim is
+// decided against the early read the claim left (early.go): one round
+// trip; without early reads, two.
 func TestBatch_RoundTripsOfALoneClaimAndCompletion(t *testing.T) {
-	s := mustOpenStore(t, db.Rules{})
-	mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
-	before := s.trips.Load()
-	jobs, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}})
-	if err != nil || len(jobs) != 1 {
-		t.Fatalf("ClaimJobs() = %v, %v; want one job", jobs, err)
-	}
-	if got := s.trips.Load() - before; got != 2 {
-		t.Errorf("round trips of a lone claim = %d, want 2", got)
-	}
-	before = s.trips.Load()
-	j := jobs[0]
-	if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: "w", FencingToken: j.FencingToken()}}); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.trips.Load() - before; got != 2 {
-		t.Errorf("round trips of a lone completion = %d, want 2", got)
+	for _, early := range []bool{true, false} {
+		t.Run(fmt.Sprint("early=", early), func(t *testing.T) {
+			s := mustOpen(t, newTestDB(t), Options{NoEarlyRead: !early, EarlyWindow: time.Minute})
+			mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+			before := s.trips.Load()
+			jobs, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: "w", Queues: []string{"q"}})
+			if err != nil || len(jobs) != 1 {
+				t.Fatalf("ClaimJobs() = %v, %v; want one job", jobs, err)
+			}
+			if got := s.trips.Load() - before; got != 2 {
+				t.Errorf("round trips of a lone claim = %d, want 2", got)
+			}
+			before = s.trips.Load()
+			j := jobs[0]
+			if _, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: db.Fenced{ID: j.ID, Principal: "p", Worker: "w", FencingToken: j.FencingToken()}}); err != nil {
+				t.Fatal(err)
+			}
+			want := uint64(2)
+			if early {
+				want = 1
+			}
+			if got := s.trips.Load() - before; got != want {
+				t.Errorf("round trips of a lone completion = %d, want %d (early reads used: %d)", got, want, s.earlyHits.Load())
+			}
+		})
 	}
 }
 
@@ -137,11 +147,11 @@ func drainRoundTrips(b *testing.B, mode string, replicas int) {
 			for i := range jobs {
 				mustEnqueueJob(b, stores[i%replicas], db.EnqueueRequest{Principal: "p", Queue: "q"})
 			}
-			var trips0, commits0, heads0, stmts0 uint64
+			var trips0, commits0, heads0, stmts0, early0 uint64
 			var held0 int64
 			for _, s := range stores {
 				c, _ := s.CommitStats()
-				trips0, commits0, stmts0 = trips0+s.trips.Load(), commits0+c, stmts0+s.stmts.Load()
+				trips0, commits0, stmts0, early0 = trips0+s.trips.Load(), commits0+c, stmts0+s.stmts.Load(), early0+s.earlyTrips.Load()
 				heads0, held0 = heads0+s.headBatches.Load(), held0+s.headHeld.Load()
 			}
 			b.ResetTimer()
@@ -189,11 +199,11 @@ func drainRoundTrips(b *testing.B, mode string, replicas int) {
 			}
 			wg.Wait()
 			b.StopTimer()
-			var trips, commits, heads, stmts uint64
+			var trips, commits, heads, stmts, early uint64
 			var held int64
 			for _, s := range stores {
 				c, _ := s.CommitStats()
-				trips, commits, stmts = trips+s.trips.Load(), commits+c, stmts+s.stmts.Load()
+				trips, commits, stmts, early = trips+s.trips.Load(), commits+c, stmts+s.stmts.Load(), early+s.earlyTrips.Load()
 				heads, held = heads+s.headBatches.Load(), held+s.headHeld.Load()
 			}
 			if done != jobs {
@@ -201,6 +211,9 @@ func drainRoundTrips(b *testing.B, mode string, replicas int) {
 			}
 			b.ReportMetric(float64(trips-trips0)/float64(jobs), "trips/job")
 			b.ReportMetric(float64(stmts-stmts0)/float64(jobs), "stmts/job")
+			// Early reads (early.go) are round trips too, made while the
+			// replica waits for its next call.
+			b.ReportMetric(float64(early-early0)/float64(jobs), "early-trips/job")
 			b.ReportMetric(float64(commits-commits0)/float64(jobs), "commits/job")
 			// The head is held from its lock to the commit: its share of
 			// the drain's time is how close the chain's turns are to the cap.

@@ -45,6 +45,9 @@ type batchView struct {
 	// whatever becomes of the mutation that made them.
 	counts map[countKey]int64
 	undo   []func()
+	// versions are the rows' versions (xmin) when read by an early read
+	// (early.go), which the batch checks at its commit; nil otherwise.
+	versions map[uint64]string
 }
 
 type idemPair struct{ queue, key string }
@@ -343,14 +346,18 @@ func (v *batchView) flushJobs(b *pgx.Batch) (updates, inserts int, err error) {
 			claimedBy[i], lease[i], runAt[i], updated[i], completed[i] = []byte(r.ClaimedBy), r.LeaseExpiresAt, r.RunAt, r.UpdatedAt, r.CompletedAt
 			lastError[i], result[i], att[i] = []byte(r.LastError), nilIfEmpty(r.Result), nilIfEmpty(r.Attestation)
 		}
-		b.Queue(`UPDATE fenceq_jobs AS j SET state = u.state, attempts = u.attempts, max_attempts = u.max_attempts, claimed_by = u.claimed_by,
-			lease_expires_at = u.lease, run_at = u.run_at, updated_at = u.updated_at, completed_at = u.completed_at, last_error = u.last_error,
-			errors = u.errors, result = u.result, attestation = u.attestation
-			FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
-			  $10::bytea[], $11::bytea[], $12::bytea[], $13::bytea[])
-			  AS u(id, state, attempts, max_attempts, claimed_by, lease, run_at, updated_at, completed_at, last_error, errors, result, attestation)
-			WHERE j.id = u.id`,
-			ids, states, attempts, maxAttempts, claimedBy, lease, runAt, updated, completed, lastError, errs, result, att)
+		args := []any{ids, states, attempts, maxAttempts, claimedBy, lease, runAt, updated, completed, lastError, errs, result, att}
+		if v.versions == nil {
+			b.Queue(updateJobsSQL, args...)
+		} else {
+			// Decided against an early read: each row must still be the
+			// version it read, or the statement fails the batch (early.go).
+			versions := make([]string, n)
+			for i, r := range up {
+				versions[i] = v.versions[r.ID]
+			}
+			b.Queue(updateJobsCheckedSQL, append(args, versions, n)...)
+		}
 	}
 	if len(in) > 0 {
 		slices.SortFunc(in, byID)
@@ -384,6 +391,24 @@ func (v *batchView) flushJobs(b *pgx.Batch) (updates, inserts int, err error) {
 			lastError, errs, result, att, idem, scheds, schedFors, backfilled)
 	}
 	return len(up), len(in), nil
+}
+
+// updateJobsSQL writes the rows of arrays $1..$13, one per job, by id.
+// updateJobsCheckedSQL does so only where each row is still the version of
+// $14 (xmin), and divides by zero unless all $15 were (early.go).
+var (
+	updateJobsSQL        = updateJobs(``, ``) + ` WHERE j.id = u.id`
+	updateJobsCheckedSQL = `WITH w AS (` + updateJobs(`, $14::text[]`, `, x`) + ` WHERE j.id = u.id AND j.xmin::text = u.x RETURNING 1)
+	SELECT 1 / ((SELECT count(*) FROM w) = $15)::int`
+)
+
+func updateJobs(array, column string) string {
+	return `UPDATE fenceq_jobs AS j SET state = u.state, attempts = u.attempts, max_attempts = u.max_attempts, claimed_by = u.claimed_by,
+	lease_expires_at = u.lease, run_at = u.run_at, updated_at = u.updated_at, completed_at = u.completed_at, last_error = u.last_error,
+	errors = u.errors, result = u.result, attestation = u.attestation
+	FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::bytea[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[],
+	  $10::bytea[], $11::bytea[], $12::bytea[], $13::bytea[]` + array + `)
+	  AS u(id, state, attempts, max_attempts, claimed_by, lease, run_at, updated_at, completed_at, last_error, errors, result, attestation` + column + `)`
 }
 
 // nilIfEmpty is b for a nullable column: NULL when empty (see nullBytes).
