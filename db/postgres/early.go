@@ -164,26 +164,59 @@ func (s *Store) earlyDeadline() time.Time {
 	return s.early.sent.Add(s.opts.EarlyWindow)
 }
 
-// useEarly reads e's answers and returns the batch's transaction (none
-// open yet: finishEarly begins it), time and view when e serves the batch
-// of need. A nil transaction and no error: it does not, and its
-// connection is free for the batch's own round trip. An error: the
+// useEarly returns the batch's transaction (none open yet: finishEarly
+// begins it), time and view when e serves the batch of need. A nil
+// transaction: it does not (a goroutine reads its answers and gives its
+// connection back, so the batch does not wait for them), or an error: its
 // connection failed and was given back.
+//
+// Reads that serve no batch are wasted work, which a replica whose batches
+// mix many callers' calls would do after every claim: after one, the
+// replica skips that many claiming batches more before it reads early
+// again (1, 2, 4 … 64), and reads after every one again once a read served
+// (earlyBackoff).
 func (s *Store) useEarly(e *earlyBegin, need batchNeed) (*batchTx, time.Time, *batchView, error) {
-	serves := e.covers(need) && time.Since(e.sent) <= s.opts.EarlyWindow && (!s.testClock || s.opts.Now().UnixNano() == e.clock)
+	if !e.covers(need) || time.Since(e.sent) > s.opts.EarlyWindow || s.testClock && s.opts.Now().UnixNano() != e.clock {
+		s.earlyMissed()
+		go s.closeEarly(e)
+		return nil, time.Time{}, nil, nil
+	}
 	now, v, due, err := readEarly(e.br, e.tx, e.need)
 	if err != nil {
-		s.earlyMisses.Add(1)
+		s.earlyMissed()
 		s.endBatch(e.tx)
 		return nil, time.Time{}, nil, err
 	}
-	if serves && e.tx.head != nil && (len(need.claimQueues) == 0 || due == 0 || due > now.Add(s.opts.EarlyWindow).UnixNano()) {
-		s.earlyHits.Add(1)
-		tx := &batchTx{conn: e.tx.conn, trips: &s.trips, stmts: &s.stmts, need: need, head: e.tx.head, early: true}
-		return tx, now, v, nil
+	if e.tx.head == nil || len(need.claimQueues) > 0 && due != 0 && due <= now.Add(s.opts.EarlyWindow).UnixNano() {
+		s.earlyMissed()
+		s.endBatch(e.tx)
+		return nil, time.Time{}, nil, nil
 	}
+	s.earlyHits.Add(1)
+	s.earlyMu.Lock()
+	s.earlyBackoff, s.earlySkip = 0, 0
+	s.earlyMu.Unlock()
+	tx := &batchTx{conn: e.tx.conn, trips: &s.trips, stmts: &s.stmts, need: need, head: e.tx.head, early: true}
+	return tx, now, v, nil
+}
+
+// earlyMissed counts a read that served no batch and backs off.
+func (s *Store) earlyMissed() {
 	s.earlyMisses.Add(1)
-	return nil, time.Time{}, nil, nil
+	s.earlyMu.Lock()
+	defer s.earlyMu.Unlock()
+	s.earlyBackoff = min(max(1, 2*s.earlyBackoff), maxEarlyBackoff)
+	s.earlySkip = s.earlyBackoff
+}
+
+// maxEarlyBackoff bounds how many claiming batches a replica skips
+// between two early reads that serve nothing.
+const maxEarlyBackoff = 64
+
+// closeEarly reads e's answers and gives its connection back.
+func (s *Store) closeEarly(e *earlyBegin) {
+	_ = e.br.Close()
+	s.endBatch(e.tx)
 }
 
 // sendEarly sends the early read of need on tx's connection.
@@ -382,8 +415,7 @@ func earlyError(err error) error {
 // dropEarly drops the early read that waits, if one does.
 func (s *Store) dropEarly() {
 	if e := s.takeEarly(); e != nil {
-		_ = e.br.Close()
-		s.endBatch(e.tx)
+		s.closeEarly(e)
 	}
 }
 
@@ -401,6 +433,10 @@ func (s *Store) beginEarly(tx *batchTx, v *batchView, events int) {
 	alone := tx.head.head.seq == s.lastSeq
 	s.lastSeq = tx.head.head.seq + uint64(events)
 	if s.opts.NoEarlyRead || !alone || !tx.need.early || len(tx.need.claimQueues) == 0 || s.early != nil {
+		return
+	}
+	if s.earlySkip > 0 {
+		s.earlySkip--
 		return
 	}
 	var ids []int64

@@ -140,13 +140,14 @@ type Store struct {
 	// Early reads (early.go): the one waiting for its batch, how many
 	// served one and how many did not, and their round trips and
 	// statements (not in trips and stmts: none is a batch's wait).
-	earlyMu                sync.Mutex
-	early                  *earlyBegin
-	earlyHits, earlyMisses atomic.Uint64
-	earlyTrips, earlyStmts atomic.Uint64
-	lastSeq                uint64        // the audit head's seq after this replica's last batch (commit loop)
-	earlyPrev              batchNeed     // the rows and claims of the last batch that claimed jobs (commit loop)
-	retries                atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
+	earlyMu                 sync.Mutex
+	early                   *earlyBegin
+	earlyHits, earlyMisses  atomic.Uint64
+	earlyTrips, earlyStmts  atomic.Uint64
+	lastSeq                 uint64        // the audit head's seq after this replica's last batch (commit loop)
+	earlyPrev               batchNeed     // the rows and claims of the last batch that claimed jobs (commit loop)
+	earlyBackoff, earlySkip int           // claiming batches to skip before the next early read (earlyMissed)
+	retries                 atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
 	// headHeld sums, over headBatches batches, the time from the audit
 	// head's lock reaching this replica to the commit's answer: a lower
 	// bound on how long each batch kept every replica's appends waiting.
@@ -1021,21 +1022,14 @@ func runOp(fn func(w *writer) error, w *writer) (err error) {
 // The audit chain's times are kept from stepping back in finishBatch.
 func (s *Store) beginBatch(ctx context.Context, batch []*writeOp) (*batchTx, time.Time, *batchView, error) {
 	need := needOf(batch)
-	var conn *pgxpool.Conn
 	if e := s.takeEarly(); e != nil {
-		tx, now, v, err := s.useEarly(e, need)
-		if err == nil && tx != nil {
+		if tx, now, v, err := s.useEarly(e, need); err == nil && tx != nil {
 			return tx, now, v, nil
 		}
-		if err == nil {
-			conn = e.tx.conn // not for this batch: its connection is free
-		}
 	}
-	if conn == nil {
-		var err error
-		if conn, err = s.pool.Acquire(ctx); err != nil {
-			return nil, time.Time{}, nil, err
-		}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, time.Time{}, nil, err
 	}
 	tx := &batchTx{conn: conn, trips: &s.trips, stmts: &s.stmts, need: need}
 	br := s.sendBegin(ctx, tx, need)
