@@ -210,3 +210,50 @@ func TestEarlyRead_HoldsNothingAnotherReplicaNeeds(t *testing.T) {
 		t.Errorf("claim_next took %v, want nothing: the other replica holds the only job left", res.Next)
 	}
 }
+
+// A read that serves no batch (here: an enqueue comes next) makes the
+// replica skip the next 1, then 2 … claiming batches before it reads
+// early again; a read that serves resets that.
+func TestEarlyRead_BacksOffAfterReadsThatServeNothing(t *testing.T) {
+	s := mustOpen(t, newTestDB(t), earlyOpts())
+	for range 20 {
+		mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+	}
+	// reads runs claims, each followed by an enqueue (which no read
+	// serves), and returns how many early reads they sent.
+	reads := func(claims int) uint64 {
+		t.Helper()
+		before := s.earlyTrips.Load()
+		for range claims {
+			mustClaim(t, s, 1)
+			mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+		}
+		return s.earlyTrips.Load() - before
+	}
+	if got := reads(1); got != 1 {
+		t.Fatalf("early reads after the first claim = %d, want 1", got)
+	}
+	// Missed once: skip one claiming batch, read after the next.
+	if got := reads(2); got != 1 {
+		t.Errorf("early reads over the next 2 claims = %d, want 1 (the first skipped)", got)
+	}
+	// Missed twice: skip two.
+	if got := reads(3); got != 1 {
+		t.Errorf("early reads over the next 3 claims = %d, want 1 (two skipped)", got)
+	}
+	// Missed three times: skip four; a served read then resets the skips.
+	if got := reads(4); got != 0 {
+		t.Errorf("early reads over the next 4 claims = %d, want 0", got)
+	}
+	held := mustClaim(t, s, 1)
+	hits := s.earlyHits.Load()
+	res := completeWithNext(t, s, held, 1)
+	if s.earlyHits.Load() != hits+1 || len(res.Next) != 1 {
+		t.Fatalf("the call after the fifth skipped claim: early reads used %d, claimed %v; want the read used and one job", s.earlyHits.Load()-hits, res.Next)
+	}
+	before := s.earlyTrips.Load()
+	mustClaim(t, s, 1)
+	if got := s.earlyTrips.Load() - before; got != 1 {
+		t.Errorf("early reads after the claim that followed a served read = %d, want 1", got)
+	}
+}
