@@ -251,9 +251,10 @@ func TestEarlyRead_BacksOffAfterReadsThatServeNothing(t *testing.T) {
 	if s.earlyHits.Load() != hits+1 || len(res.Next) != 1 {
 		t.Fatalf("the call after the fifth skipped claim: early reads used %d, claimed %v; want the read used and one job", s.earlyHits.Load()-hits, res.Next)
 	}
-	before := s.earlyTrips.Load()
-	mustClaim(t, s, 1)
-	if got := s.earlyTrips.Load() - before; got != 1 {
-		t.Errorf("early reads after the claim that followed a served read = %d, want 1", got)
+	s.earlyMu.Lock()
+	backoff, skip := s.earlyBackoff, s.earlySkip
+	s.earlyMu.Unlock()
+	if backoff != 0 || skip != 0 {
+		t.Errorf("after a served read: backoff %d, skip %d; want 0, 0 (the next claiming batch reads early)", backoff, skip)
 	}
 }
