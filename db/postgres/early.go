@@ -281,24 +281,7 @@ func readEarly(br pgx.BatchResults, tx *batchTx, need batchNeed) (time.Time, *ba
 		}
 	}
 	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var heads []headRow
-			if heads, err = pgx.CollectRows(rows, scanHead); err == nil && len(heads) == 1 {
-				tx.head = &heads[0]
-			}
-		}
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var paused []string
-			if paused, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
-				for _, q := range paused {
-					v.paused[q] = true
-				}
-			}
-		}
+		tx.head, err = readHeadAndPaused(br, v)
 	}
 	if err == nil {
 		err = br.QueryRow().Scan(&due)

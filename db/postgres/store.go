@@ -1177,23 +1177,8 @@ func readBegin(br pgx.BatchResults, tx *batchTx, need batchNeed) (time.Time, *ba
 		}
 	}
 	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var heads []headRow
-			if heads, err = pgx.CollectRows(rows, scanHead); err == nil && len(heads) == 1 {
-				tx.head, tx.locked = &heads[0], time.Now()
-			}
-		}
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var paused []string
-			if paused, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
-				for _, q := range paused {
-					v.paused[q] = true
-				}
-			}
+		if tx.head, err = readHeadAndPaused(br, v); tx.head != nil {
+			tx.locked = time.Now()
 		}
 	}
 	if cerr := br.Close(); err == nil {
@@ -1204,6 +1189,33 @@ func readBegin(br pgx.BatchResults, tx *batchTx, need batchNeed) (time.Time, *ba
 	}
 	v.undo = nil
 	return time.Unix(0, ns).UTC(), v, nil
+}
+
+// readHeadAndPaused reads the audit head (nil: another replica's batch
+// holds it, for a SKIP LOCKED read) and the paused queues, into v.
+func readHeadAndPaused(br pgx.BatchResults, v *batchView) (*headRow, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	heads, err := pgx.CollectRows(rows, scanHead)
+	if err != nil {
+		return nil, err
+	}
+	if rows, err = br.Query(); err != nil {
+		return nil, err
+	}
+	paused, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range paused {
+		v.paused[q] = true
+	}
+	if len(heads) != 1 {
+		return nil, nil
+	}
+	return &heads[0], nil
 }
 
 func toBytes(ss []string) [][]byte {
