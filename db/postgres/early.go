@@ -121,10 +121,22 @@ var errEarlyStale = errors.New("db: postgres: the early read is stale")
 // earlyBegin is an early read sent for a batch not yet asked for.
 type earlyBegin struct {
 	tx    *batchTx
-	br    pgx.BatchResults // its round trip, not read yet
-	need  batchNeed        // what it read
+	need  batchNeed // what it read
 	sent  time.Time
 	clock int64 // the test's clock when sent (testClock)
+	// Its answers, read and decoded as they come, before the batch asks
+	// for them: set when done is closed.
+	done chan struct{}
+	now  time.Time
+	v    *batchView
+	due  int64
+	err  error
+}
+
+// read reads e's answers from br (a goroutine of its own).
+func (e *earlyBegin) read(br pgx.BatchResults) {
+	e.now, e.v, e.due, e.err = readEarly(br, e.tx, e.need)
+	close(e.done)
 }
 
 // covers reports whether e read everything need asks for.
@@ -181,7 +193,8 @@ func (s *Store) useEarly(e *earlyBegin, need batchNeed) (*batchTx, time.Time, *b
 		go s.closeEarly(e)
 		return nil, time.Time{}, nil, nil
 	}
-	now, v, due, err := readEarly(e.br, e.tx, e.need)
+	<-e.done
+	now, v, due, err := e.now, e.v, e.due, e.err
 	if err != nil {
 		s.earlyMissed()
 		s.endBatch(e.tx)
@@ -213,9 +226,9 @@ func (s *Store) earlyMissed() {
 // between two early reads that serve nothing.
 const maxEarlyBackoff = 64
 
-// closeEarly reads e's answers and gives its connection back.
+// closeEarly waits for e's answers and gives its connection back.
 func (s *Store) closeEarly(e *earlyBegin) {
-	_ = e.br.Close()
+	<-e.done
 	s.endBatch(e.tx)
 }
 
@@ -458,10 +471,10 @@ func (s *Store) beginEarly(tx *batchTx, v *batchView, events int) {
 	if err != nil {
 		return
 	}
-	e := &earlyBegin{tx: &batchTx{conn: conn, trips: &s.earlyTrips, stmts: &s.earlyStmts}, need: need, sent: time.Now()}
+	e := &earlyBegin{tx: &batchTx{conn: conn, trips: &s.earlyTrips, stmts: &s.earlyStmts}, need: need, sent: time.Now(), done: make(chan struct{})}
 	if s.testClock {
 		e.clock = s.opts.Now().UnixNano()
 	}
-	e.br = s.sendEarly(s.stopped, e.tx, need)
+	go e.read(s.sendEarly(s.stopped, e.tx, need))
 	s.early = e
 }
