@@ -29,9 +29,10 @@ func (s *Store) ClaimJobs(ctx context.Context, req db.ClaimRequest) ([]db.Job, e
 // claimBatch claims what is eligible now, in the replica's next batch.
 func (s *Store) claimBatch(ctx context.Context, req db.ClaimRequest) ([]db.Job, error) {
 	var jobs []db.Job
-	err := s.updatePlan(ctx, opPlan{claim: &req, early: true}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{claim: &req, early: true, caller: callerOf(req.Principal, req.Worker)}, func(w *writer) error {
 		var err error
 		jobs, err = claimIn(w, req)
+		w.back = len(jobs) > 0
 		return err
 	})
 	return jobs, err

@@ -253,11 +253,18 @@ func enqueue(w *writer, req db.EnqueueRequest) (db.EnqueueResult, error) {
 // change runs a one-record transition on the locked row of id and writes
 // what it returns: the rules decide, this only writes.
 func (s *Store) change(ctx context.Context, id uint64, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (db.Job, error) {
+	return s.changeBy(ctx, id, "", transition)
+}
+
+// changeBy is change for a completion or failure by caller (principal and
+// worker), who will likely claim again at once.
+func (s *Store) changeBy(ctx context.Context, id uint64, caller string, transition func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error)) (db.Job, error) {
 	var job db.Job
-	err := s.updatePlan(ctx, opPlan{jobs: []uint64{id}, early: true}, func(w *writer) error {
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{id}, early: true, caller: caller}, func(w *writer) error {
 		rec, err := changeIn(w, id, transition)
 		if err == nil {
 			job = rec.Job()
+			w.back = caller != ""
 		}
 		return err
 	})
@@ -302,7 +309,7 @@ func (s *Store) CompleteJob(ctx context.Context, req db.CompleteRequest) (db.Job
 	if err := s.opts.ValidateComplete(req); err != nil {
 		return db.Job{}, err
 	}
-	return s.change(ctx, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
+	return s.changeBy(ctx, req.ID, callerOf(req.Principal, req.Worker), func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 		return db.Complete(old, req, now)
 	})
 }
@@ -341,7 +348,7 @@ func (s *Store) FailJob(ctx context.Context, req db.FailRequest) (db.Job, error)
 	if err := s.opts.ValidateFail(req); err != nil {
 		return db.Job{}, err
 	}
-	return s.change(ctx, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
+	return s.changeBy(ctx, req.ID, callerOf(req.Principal, req.Worker), func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 		return s.opts.Fail(old, req, now)
 	})
 }

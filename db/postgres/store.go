@@ -81,6 +81,12 @@ type Options struct {
 	// NoEarlyRead turns off reading what a batch will need before its
 	// requests come (early.go). Default: on.
 	NoEarlyRead bool
+	// NoGatherWait turns off a batch's wait for the callers the previous
+	// batch answered (gather.go). Default: on.
+	NoGatherWait bool
+	// GatherWait bounds that wait (tests: longer than a test's steps).
+	// Default 5ms (maxGatherWait).
+	GatherWait time.Duration
 	// EarlyWindow is how long an early read waits for its batch (tests:
 	// longer than a test's steps). Default 5ms (earlyWindow).
 	EarlyWindow time.Duration
@@ -95,6 +101,9 @@ func (o *Options) setDefaults() {
 	o.Rules.SetDefaults()
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 500
+	}
+	if o.GatherWait <= 0 {
+		o.GatherWait = maxGatherWait
 	}
 	if o.EarlyWindow <= 0 {
 		o.EarlyWindow = earlyWindow
@@ -628,6 +637,7 @@ type writeOp struct {
 	plan  opPlan
 	err   error
 	tries int
+	back  bool // its caller will likely call again at once (writer.back)
 	done  chan struct{}
 	// deadline is the caller's: a batch ends by its mutations' earliest
 	// (zero: none).
@@ -647,6 +657,9 @@ type opPlan struct {
 	inserts int              // at most this many new jobs (ids from the sequence)
 	idem    []idemPair       // the jobs holding these idempotency keys
 	claim   *db.ClaimRequest // the candidates of a claim (normalized)
+	// caller names who sent it (principal and worker), for a mutation
+	// whose caller may call again as soon as it is answered (gatherWait).
+	caller string
 	// early: the mutation may be decided in a transaction begun before it
 	// arrived, as of that begin's time (early.go): its outcome depends on
 	// the time only through claims, which use such a transaction only when
@@ -707,6 +720,8 @@ func (s *Store) commitLoop() {
 	var retry []*writeOp
 	expire := time.NewTimer(time.Hour)
 	defer expire.Stop()
+	gw := gatherWait{waits: time.NewTimer(time.Hour)}
+	defer gw.waits.Stop()
 	for {
 		batch := retry
 		retry = nil
@@ -735,7 +750,10 @@ func (s *Store) commitLoop() {
 				break gather
 			}
 		}
+		batch = s.gatherCallers(&gw, batch)
+		start := time.Now()
 		retry = s.commitBatch(batch)
+		gw.answered(batch, time.Since(start))
 	}
 }
 
@@ -756,6 +774,7 @@ type writer struct {
 	notify  []string
 	claimed []string // queues it claimed jobs of
 	paused  []string // queues it paused
+	back    bool     // its caller will likely call again at once: it completed or failed a job, or claimed one
 	after   []func() // after the commit
 	onAbort []func() // when this mutation or its batch is rolled back
 }
@@ -836,6 +855,7 @@ func (s *Store) commitBatch(batch []*writeOp) (retry []*writeOp) {
 		w := &writer{ctx: ctx, tx: tx, now: now, s: s, v: v}
 		mark := len(v.undo)
 		op.err = runOp(op.fn, w)
+		op.back = w.back
 		if op.err == nil {
 			all.events = append(all.events, w.events...)
 			for k, d := range w.counts {
