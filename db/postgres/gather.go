@@ -20,6 +20,12 @@ import (
 // one batch per turn of the loop. A lone caller, a claim that found
 // nothing (it waits for a job, not for this replica), enqueues and
 // everything without a worker's name never make a batch wait.
+//
+// Callers whose handlers take longer than a batch do not call again in
+// time, and each wait for them would only delay the batch: after a wait
+// that ended with fewer than half of them come, the replica skips that many waits
+// more before it waits again (1, 2, 4 … 64), and waits every time again
+// once half or more came.
 
 // maxGatherWait bounds a batch's wait for the callers the previous batch
 // answered (Options.GatherWait's default).
@@ -30,7 +36,15 @@ type gatherWait struct {
 	callers map[string]bool // who the previous batch answered and will call again at once
 	took    time.Duration   // how long the previous batch took
 	waits   *time.Timer
+	// backoff and skip: waits to skip after one that fewer than half of
+	// its callers ended (maxGatherBackoff at most).
+	backoff, skip int
+	waited        int // waits begun
 }
+
+// maxGatherBackoff bounds how many waits a replica skips after one that
+// served little.
+const maxGatherBackoff = 64
 
 // answered records batch, committed (or failed) in took.
 func (g *gatherWait) answered(batch []*writeOp, took time.Duration) {
@@ -66,6 +80,19 @@ func (s *Store) gatherCallers(g *gatherWait, batch []*writeOp) []*writeOp {
 	if missing == 0 || len(batch) >= s.opts.MaxBatch {
 		return batch
 	}
+	if g.skip > 0 {
+		g.skip--
+		return batch
+	}
+	defer func() {
+		if 2*(len(g.callers)-missing) < len(g.callers) {
+			g.backoff = min(max(1, 2*g.backoff), maxGatherBackoff)
+			g.skip = g.backoff
+		} else {
+			g.backoff = 0
+		}
+	}()
+	g.waited++
 	g.waits.Reset(min(g.took, s.opts.GatherWait))
 	defer func() {
 		if !g.waits.Stop() {

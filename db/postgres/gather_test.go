@@ -89,3 +89,36 @@ func TestGather_NoWaitForOneCallerForCallersThatWaitOrWhenTurnedOff(t *testing.T
 		}
 	}
 }
+
+// TestGather_WaitsThatServeLittleBackOff: callers that do not call again
+// within the wait (their handlers take longer than a batch) make the
+// replica skip the next 1, 2, 4 … waits; a wait that half or more of them
+// end makes it wait every time again.
+func TestGather_WaitsThatServeLittleBackOff(t *testing.T) {
+	s := loopOnly(Options{GatherWait: time.Minute})
+	a, b := callerOf("p", "a"), callerOf("p", "b")
+	g := answeredBy(2*time.Millisecond, a, b)
+	waits := func(n int) int {
+		before := g.waited
+		for range n {
+			s.gatherCallers(g, []*writeOp{callOf("")})
+		}
+		return g.waited - before
+	}
+	// Nobody comes: waits 1, skips 1, waits, skips 2, waits, skips 4, waits.
+	if got := waits(1 + 1 + 1 + 2 + 1 + 4 + 1); got != 4 {
+		t.Fatalf("waited %d times of 11 with callers that never came, want 4 (then 1, 2, 4 skipped)", got)
+	}
+	if g.backoff != 8 || g.skip != 8 {
+		t.Fatalf("backoff %d, skip %d; want 8, 8", g.backoff, g.skip)
+	}
+	if got := waits(8); got != 0 {
+		t.Fatalf("waited %d times during the 8 skipped", got)
+	}
+	// Both come: the wait ends at once and the backoff resets.
+	s.writes <- callOf(a)
+	s.writes <- callOf(b)
+	if batch := s.gatherCallers(g, []*writeOp{callOf("")}); len(batch) != 3 || g.backoff != 0 || g.skip != 0 {
+		t.Fatalf("gatherCallers() = %d mutations, backoff %d, skip %d; want 3, 0, 0", len(batch), g.backoff, g.skip)
+	}
+}
