@@ -32,6 +32,17 @@ func fencedBatch(w *writer, ids []uint64, invalid []error, ts []transition) ([]d
 	return out, nil
 }
 
+// finished reports whether a batch of completions or failures finished a
+// job: its worker will likely call again at once (gather.go).
+func finished(items []db.ItemResult) bool {
+	for _, it := range items {
+		if it.Err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // HeartbeatJobs extends several leases in one transaction, each item
 // decided as HeartbeatJob would.
 func (s *Store) HeartbeatJobs(ctx context.Context, reqs []db.HeartbeatRequest) ([]db.ItemResult, error) {
@@ -77,13 +88,18 @@ func (s *Store) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (
 		}
 	}
 	var res db.CompleteBatchResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids, claim: next, early: true}, func(w *writer) error {
+	var caller string
+	if n > 0 {
+		caller = callerOf(req.Items[0].Principal, req.Items[0].Worker)
+	}
+	err := s.updatePlan(ctx, opPlan{jobs: ids, claim: next, early: true, caller: caller}, func(w *writer) error {
 		res = db.CompleteBatchResult{}
 		items, err := fencedBatch(w, ids, invalid, ts)
 		if err != nil {
 			return err
 		}
 		res.Items = items
+		w.back = caller != "" && finished(items)
 		if next != nil {
 			res.Next, err = claimIn(w, *next)
 		}
@@ -105,9 +121,14 @@ func (s *Store) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemR
 			return s.opts.Fail(old, req, now)
 		}
 	}
+	var caller string
+	if len(reqs) > 0 {
+		caller = callerOf(reqs[0].Principal, reqs[0].Worker)
+	}
 	var out []db.ItemResult
-	err := s.updatePlan(ctx, opPlan{jobs: ids, early: true}, func(w *writer) (err error) {
+	err := s.updatePlan(ctx, opPlan{jobs: ids, early: true, caller: caller}, func(w *writer) (err error) {
 		out, err = fencedBatch(w, ids, invalid, ts)
+		w.back = caller != "" && finished(out)
 		return err
 	})
 	return out, err

@@ -3,6 +3,8 @@ package postgres
 import (
 	"testing"
 	"time"
+
+	"github.com/fenceq/fenceq/db"
 )
 
 // loopOnly is a replica's commit-loop side alone (its queue of mutations
@@ -121,4 +123,93 @@ func TestGather_WaitsThatServeLittleBackOff(t *testing.T) {
 	if batch := s.gatherCallers(g, []*writeOp{callOf("")}); len(batch) != 3 || g.backoff != 0 || g.skip != 0 {
 		t.Fatalf("gatherCallers() = %d mutations, backoff %d, skip %d; want 3, 0, 0", len(batch), g.backoff, g.skip)
 	}
+}
+
+// TestGather_TheNextCallsOfTwoWorkersAnsweredTogetherShareACommit: workers
+// a and b complete a job each in one batch (which takes a while: it holds
+// a mutation); a completes its next job at once, b 100 ms later. A's call
+// waits for b's and they commit together — for single completions and for
+// the Go Worker's batched ones alike.
+func TestGather_TheNextCallsOfTwoWorkersAnsweredTogetherShareACommit(t *testing.T) {
+	for _, kind := range []string{"CompleteJob", "CompleteJobs"} {
+		t.Run(kind, func(t *testing.T) {
+			s := mustOpen(t, newTestDB(t), Options{GatherWait: time.Minute, NoEarlyRead: true})
+			for range 4 {
+				mustEnqueueJob(t, s, db.EnqueueRequest{Principal: "p", Queue: "q"})
+			}
+			held := map[string][]db.Job{}
+			for _, w := range []string{"a", "b"} {
+				jobs, err := s.ClaimJobs(bg, db.ClaimRequest{Principal: "p", Worker: w, Queues: []string{"q"}, Max: 2, Lease: time.Minute})
+				if err != nil || len(jobs) != 2 {
+					t.Fatalf("ClaimJobs(%s) = %d jobs, %v", w, len(jobs), err)
+				}
+				held[w] = jobs
+			}
+			complete := func(w string, j db.Job) error {
+				f := db.Fenced{ID: j.ID, Principal: "p", Worker: w, FencingToken: j.FencingToken()}
+				if kind == "CompleteJob" {
+					_, err := s.CompleteJob(bg, db.CompleteRequest{Fenced: f})
+					return err
+				}
+				_, err := s.CompleteJobs(bg, db.CompleteBatchRequest{Items: []db.CompleteRequest{{Fenced: f}}})
+				return err
+			}
+			// Batch 1 holds the loop; batch 2 gets a hold of its own
+			// (300 ms: the time the next wait may take) and a's and b's
+			// first completions.
+			release1, release2 := make(chan struct{}), make(chan struct{})
+			hold1 := holdLoop(t, s, opPlan{}, release1, func(*writer) error { return nil })
+			hold2 := make(chan error, 1)
+			go func() {
+				hold2 <- s.update(bg, func(*writer) error { <-release2; return nil })
+			}()
+			first := make(chan error, 2)
+			for _, w := range []string{"a", "b"} {
+				go func() { first <- complete(w, held[w][0]) }()
+			}
+			time.Sleep(100 * time.Millisecond) // all three wait behind batch 1
+			close(release1)
+			time.Sleep(300 * time.Millisecond)
+			close(release2)
+			for _, c := range []<-chan error{hold1, hold2, first, first} {
+				if err := <-c; err != nil {
+					t.Fatal(err)
+				}
+			}
+			commits, _ := s.CommitStats()
+			second := make(chan error, 2)
+			go func() { second <- complete("a", held["a"][1]) }()
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				second <- complete("b", held["b"][1])
+			}()
+			for range 2 {
+				if err := <-second; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after, _ := s.CommitStats(); after-commits != 1 {
+				t.Fatalf("a's and b's next completions took %d commits, want 1 (a's waited for b's)", after-commits)
+			}
+		})
+	}
+}
+
+// holdLoop runs fn as a mutation of plan that waits, once the commit loop
+// runs it, until release is closed: the mutations sent meanwhile wait for
+// the next batch. It returns when fn runs; the mutation's error comes on
+// the channel.
+func holdLoop(t *testing.T, s *Store, plan opPlan, release <-chan struct{}, fn func(w *writer) error) <-chan error {
+	t.Helper()
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.updatePlan(bg, plan, func(w *writer) error {
+			close(started)
+			<-release
+			return fn(w)
+		})
+	}()
+	<-started
+	return errc
 }

@@ -328,7 +328,8 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 		job  db.Job
 		jobs []db.Job
 	)
-	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}, claim: &next, early: true}, func(w *writer) error {
+	caller := callerOf(req.Principal, req.Worker)
+	err := s.updatePlan(ctx, opPlan{jobs: []uint64{req.ID}, claim: &next, early: true, caller: caller}, func(w *writer) error {
 		rec, err := changeIn(w, req.ID, func(old *db.JobRecord, now time.Time) (db.JobRecord, db.AuditEvent, error) {
 			return db.Complete(old, req, now)
 		})
@@ -336,6 +337,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 			return err
 		}
 		job = rec.Job()
+		w.back = caller != ""
 		jobs, err = claimIn(w, next)
 		return err
 	})
