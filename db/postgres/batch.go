@@ -99,7 +99,7 @@ func (s *Store) CompleteJobs(ctx context.Context, req db.CompleteBatchRequest) (
 			return err
 		}
 		res.Items = items
-		w.back = caller != "" && finished(items)
+		w.back = finished(items)
 		if next != nil {
 			res.Next, err = claimIn(w, *next)
 		}
@@ -128,7 +128,7 @@ func (s *Store) FailJobs(ctx context.Context, reqs []db.FailRequest) ([]db.ItemR
 	var out []db.ItemResult
 	err := s.updatePlan(ctx, opPlan{jobs: ids, early: true, caller: caller}, func(w *writer) (err error) {
 		out, err = fencedBatch(w, ids, invalid, ts)
-		w.back = caller != "" && finished(out)
+		w.back = finished(out)
 		return err
 	})
 	return out, err

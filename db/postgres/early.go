@@ -207,7 +207,7 @@ func (s *Store) useEarly(e *earlyBegin, need batchNeed) (*batchTx, time.Time, *b
 	}
 	s.earlyHits.Add(1)
 	s.earlyMu.Lock()
-	s.earlyBackoff, s.earlySkip = 0, 0
+	s.earlyBackoff.served()
 	s.earlyMu.Unlock()
 	tx := &batchTx{conn: e.tx.conn, trips: &s.trips, stmts: &s.stmts, need: need, head: e.tx.head, early: true}
 	return tx, now, v, nil
@@ -218,13 +218,35 @@ func (s *Store) earlyMissed() {
 	s.earlyMisses.Add(1)
 	s.earlyMu.Lock()
 	defer s.earlyMu.Unlock()
-	s.earlyBackoff = min(max(1, 2*s.earlyBackoff), maxEarlyBackoff)
-	s.earlySkip = s.earlyBackoff
+	s.earlyBackoff.missed(maxEarlyBackoff)
 }
 
 // maxEarlyBackoff bounds how many claiming batches a replica skips
 // between two early reads that serve nothing.
 const maxEarlyBackoff = 64
+
+// skipBackoff skips attempts after ones that served little: 1, 2, 4 … up
+// to a limit after each that did not serve, none once one did (early
+// reads, gathering waits).
+type skipBackoff struct{ n, skip int }
+
+// skipping reports whether to skip this attempt, and counts it if so.
+func (b *skipBackoff) skipping() bool {
+	if b.skip > 0 {
+		b.skip--
+		return true
+	}
+	return false
+}
+
+// missed notes an attempt that did not serve: skip twice as many next.
+func (b *skipBackoff) missed(limit int) {
+	b.n = min(max(1, 2*b.n), limit)
+	b.skip = b.n
+}
+
+// served notes an attempt that served: skip none.
+func (b *skipBackoff) served() { b.n, b.skip = 0, 0 }
 
 // closeEarly waits for e's answers and gives its connection back.
 func (s *Store) closeEarly(e *earlyBegin) {
@@ -431,8 +453,7 @@ func (s *Store) beginEarly(tx *batchTx, v *batchView, events int) {
 	if s.opts.NoEarlyRead || !alone || !tx.need.early || len(tx.need.claimQueues) == 0 || s.early != nil {
 		return
 	}
-	if s.earlySkip > 0 {
-		s.earlySkip--
+	if s.earlyBackoff.skipping() {
 		return
 	}
 	var ids []int64

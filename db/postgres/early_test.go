@@ -252,7 +252,7 @@ func TestEarlyRead_BacksOffAfterReadsThatServeNothing(t *testing.T) {
 		t.Fatalf("the call after the fifth skipped claim: early reads used %d, claimed %v; want the read used and one job", s.earlyHits.Load()-hits, res.Next)
 	}
 	s.earlyMu.Lock()
-	backoff, skip := s.earlyBackoff, s.earlySkip
+	backoff, skip := s.earlyBackoff.n, s.earlyBackoff.skip
 	s.earlyMu.Unlock()
 	if backoff != 0 || skip != 0 {
 		t.Errorf("after a served read: backoff %d, skip %d; want 0, 0 (the next claiming batch reads early)", backoff, skip)

@@ -36,10 +36,10 @@ type gatherWait struct {
 	callers map[string]bool // who the previous batch answered and will call again at once
 	took    time.Duration   // how long the previous batch took
 	waits   *time.Timer
-	// backoff and skip: waits to skip after one that fewer than half of
-	// its callers ended (maxGatherBackoff at most).
-	backoff, skip int
-	waited        int // waits begun
+	// backoff: waits to skip after one that fewer than half of its
+	// callers ended (maxGatherBackoff at most).
+	backoff skipBackoff
+	waited  int // waits begun
 }
 
 // maxGatherBackoff bounds how many waits a replica skips after one that
@@ -50,7 +50,7 @@ const maxGatherBackoff = 64
 func (g *gatherWait) answered(batch []*writeOp, took time.Duration) {
 	clear(g.callers)
 	for _, op := range batch {
-		if op.back && op.err == nil && op.plan.caller != "" {
+		if op.back && op.err == nil && op.plan.caller != "" { // a named caller that will call again at once
 			if g.callers == nil {
 				g.callers = map[string]bool{}
 			}
@@ -80,28 +80,19 @@ func (s *Store) gatherCallers(g *gatherWait, batch []*writeOp) []*writeOp {
 	if missing == 0 || len(batch) >= s.opts.MaxBatch {
 		return batch
 	}
-	if g.skip > 0 {
-		g.skip--
+	if g.backoff.skipping() {
 		return batch
 	}
 	defer func() {
 		if 2*(len(g.callers)-missing) < len(g.callers) {
-			g.backoff = min(max(1, 2*g.backoff), maxGatherBackoff)
-			g.skip = g.backoff
+			g.backoff.missed(maxGatherBackoff)
 		} else {
-			g.backoff = 0
+			g.backoff.served()
 		}
 	}()
 	g.waited++
-	g.waits.Reset(min(g.took, s.opts.GatherWait))
-	defer func() {
-		if !g.waits.Stop() {
-			select {
-			case <-g.waits.C:
-			default:
-			}
-		}
-	}()
+	g.waits.Reset(min(g.took, s.opts.GatherWait)) // Go 1.23 timers: no stale tick survives Stop or Reset
+	defer g.waits.Stop()
 	for missing > 0 && len(batch) < s.opts.MaxBatch {
 		select {
 		case op := <-s.writes:

@@ -111,8 +111,8 @@ func TestGather_WaitsThatServeLittleBackOff(t *testing.T) {
 	if got := waits(1 + 1 + 1 + 2 + 1 + 4 + 1); got != 4 {
 		t.Fatalf("waited %d times of 11 with callers that never came, want 4 (then 1, 2, 4 skipped)", got)
 	}
-	if g.backoff != 8 || g.skip != 8 {
-		t.Fatalf("backoff %d, skip %d; want 8, 8", g.backoff, g.skip)
+	if g.backoff.n != 8 || g.backoff.skip != 8 {
+		t.Fatalf("backoff %d, skip %d; want 8, 8", g.backoff.n, g.backoff.skip)
 	}
 	if got := waits(8); got != 0 {
 		t.Fatalf("waited %d times during the 8 skipped", got)
@@ -120,8 +120,8 @@ func TestGather_WaitsThatServeLittleBackOff(t *testing.T) {
 	// Both come: the wait ends at once and the backoff resets.
 	s.writes <- callOf(a)
 	s.writes <- callOf(b)
-	if batch := s.gatherCallers(g, []*writeOp{callOf("")}); len(batch) != 3 || g.backoff != 0 || g.skip != 0 {
-		t.Fatalf("gatherCallers() = %d mutations, backoff %d, skip %d; want 3, 0, 0", len(batch), g.backoff, g.skip)
+	if batch := s.gatherCallers(g, []*writeOp{callOf("")}); len(batch) != 3 || g.backoff.n != 0 || g.backoff.skip != 0 {
+		t.Fatalf("gatherCallers() = %d mutations, backoff %d, skip %d; want 3, 0, 0", len(batch), g.backoff.n, g.backoff.skip)
 	}
 }
 

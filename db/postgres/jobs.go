@@ -264,7 +264,7 @@ func (s *Store) changeBy(ctx context.Context, id uint64, caller string, transiti
 		rec, err := changeIn(w, id, transition)
 		if err == nil {
 			job = rec.Job()
-			w.back = caller != ""
+			w.back = true
 		}
 		return err
 	})
@@ -337,7 +337,7 @@ func (s *Store) CompleteAndClaimJob(ctx context.Context, req db.CompleteRequest,
 			return err
 		}
 		job = rec.Job()
-		w.back = caller != ""
+		w.back = true
 		jobs, err = claimIn(w, next)
 		return err
 	})

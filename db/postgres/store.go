@@ -149,14 +149,14 @@ type Store struct {
 	// Early reads (early.go): the one waiting for its batch, how many
 	// served one and how many did not, and their round trips and
 	// statements (not in trips and stmts: none is a batch's wait).
-	earlyMu                 sync.Mutex
-	early                   *earlyBegin
-	earlyHits, earlyMisses  atomic.Uint64
-	earlyTrips, earlyStmts  atomic.Uint64
-	lastSeq                 uint64        // the audit head's seq after this replica's last batch (commit loop)
-	earlyPrev               batchNeed     // the rows and claims of the last batch that claimed jobs (commit loop)
-	earlyBackoff, earlySkip int           // claiming batches to skip before the next early read (earlyMissed)
-	retries                 atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
+	earlyMu                sync.Mutex
+	early                  *earlyBegin
+	earlyHits, earlyMisses atomic.Uint64
+	earlyTrips, earlyStmts atomic.Uint64
+	lastSeq                uint64        // the audit head's seq after this replica's last batch (commit loop)
+	earlyPrev              batchNeed     // the rows and claims of the last batch that claimed jobs (commit loop)
+	earlyBackoff           skipBackoff   // claiming batches to skip before the next early read (earlyMissed)
+	retries                atomic.Uint64 // mutations or batches run again after a deadlock or serialization failure
 	// headHeld sums, over headBatches batches, the time from the audit
 	// head's lock reaching this replica to the commit's answer: a lower
 	// bound on how long each batch kept every replica's appends waiting.
