@@ -535,7 +535,10 @@ func runRiver(ctx context.Context, round int) (result, error) {
 	if err != nil {
 		return nil, err
 	}
-	events, cancelSub := rc.Subscribe(river.EventKindJobCompleted)
+	// A channel for every event of the phase: River drops the events a
+	// full channel cannot take (1,000 by default), and a drop on a loaded
+	// machine would leave this loop waiting for completions it never hears of.
+	events, cancelSub := rc.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n})
 	c0 := readCPU(nil)
 	start := time.Now()
 	if err := rc.Start(ctx); err != nil {

@@ -126,7 +126,12 @@ func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
 // optionally with a path prefix when a proxy serves fenceq under one). An
 // empty baseURL is DefaultBaseURL. Without WithHTTPClient it uses an
 // http.Client without a timeout: calls are bounded by their contexts, and a
-// long-poll claim may wait as long as it asked to.
+// long-poll claim may wait as long as it asked to. Its transport is
+// net/http's default one but for the idle connections it keeps: up to
+// maxIdlePerServer per server, not 2, so that a Client shared by many
+// goroutines (producers, a Worker's claim, finish and heartbeat calls)
+// keeps a connection for each call they make at once instead of dialing
+// one per call and closing it after.
 func New(baseURL string, opts ...Option) (*Client, error) {
 	if baseURL == "" {
 		baseURL = DefaultBaseURL
@@ -141,15 +146,32 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	u.RawQuery, u.Fragment = "", ""
-	c := &Client{base: u, hc: &http.Client{}, ua: "fenceq-go-client"}
+	c := &Client{base: u, hc: defaultHTTPClient, ua: "fenceq-go-client"}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.hc == nil {
-		c.hc = &http.Client{}
+		c.hc = defaultHTTPClient
 	}
 	return c, nil
 }
+
+// maxIdlePerServer is how many idle connections to one server the
+// default transport keeps (net/http's keeps 2, and 100 in all).
+const maxIdlePerServer = 100
+
+// defaultHTTPClient is the Clients' without WithHTTPClient: one transport
+// shared by all of them, as net/http's default client shares its own.
+var defaultHTTPClient = &http.Client{Transport: func() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport // replaced by the program: its own
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = maxIdlePerServer
+	t.MaxIdleConns = max(t.MaxIdleConns, maxIdlePerServer)
+	return t
+}()}
 
 // BaseURL returns the server's base URL.
 func (c *Client) BaseURL() string { return c.base.String() }
