@@ -196,6 +196,20 @@ func readCPU(servers []*server) cpu {
 	return c
 }
 
+// walAt is PostgreSQL's current WAL position in bytes (exact, unlike the
+// cumulative statistics views, which backends report up to seconds late):
+// the WAL a phase wrote, on a cluster nothing else writes to.
+func walAt(ctx context.Context) (float64, error) {
+	conn, err := pgx.Connect(ctx, *pgURL)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var at float64
+	err = conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8`).Scan(&at)
+	return at, err
+}
+
 func (c cpu) sub(d cpu) cpu { return cpu{c.servers - d.servers, c.pg - d.pg, c.self - d.self} }
 
 // procCPU reads /proc/pid/stat: utime+stime, and with reaped the times of
@@ -312,6 +326,14 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 	}
 	var done atomic.Int64
 	all := make(chan struct{})
+	onPG := strings.HasPrefix(dbArg, "postgres")
+	var w0 float64
+	if onPG {
+		var err error
+		if w0, err = walAt(ctx); err != nil {
+			return nil, err
+		}
+	}
 	c0 := readCPU(servers)
 	start := time.Now()
 	wctx, cancel := context.WithCancel(ctx)
@@ -345,6 +367,13 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 	res["drain-worker/s"] = float64(n) / el.Seconds()
 	res["worker-server-cpu-µs/job"] = float64(d.servers.Microseconds()) / float64(n)
 	res["worker-pg-cpu-µs/job"] = float64(d.pg.Microseconds()) / float64(n)
+	if onPG {
+		w1, err := walAt(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res["worker-wal-bytes/job"] = (w1 - w0) / float64(n)
+	}
 	if replicas == 1 {
 		p50, p99, err := latency(ctx, func(due int64) error {
 			_, err := c.Enqueue(ctx, client.NewJob{Queue: "l", Payload: map[string]int64{"due": due}})
@@ -539,6 +568,10 @@ func runRiver(ctx context.Context, round int) (result, error) {
 	// full channel cannot take (1,000 by default), and a drop on a loaded
 	// machine would leave this loop waiting for completions it never hears of.
 	events, cancelSub := rc.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n})
+	w0, err := walAt(ctx)
+	if err != nil {
+		return nil, err
+	}
 	c0 := readCPU(nil)
 	start := time.Now()
 	if err := rc.Start(ctx); err != nil {
@@ -553,11 +586,16 @@ func runRiver(ctx context.Context, round int) (result, error) {
 	}
 	el = time.Since(start)
 	d := readCPU(nil).sub(c0)
+	w1, err := walAt(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cancelSub()
 	_ = rc.Stop(ctx)
 	res["drain/s"] = float64(n) / el.Seconds()
 	res["drain-self-cpu-µs/job"] = float64(d.self.Microseconds()) / float64(n)
 	res["drain-pg-cpu-µs/job"] = float64(d.pg.Microseconds()) / float64(n)
+	res["drain-wal-bytes/job"] = (w1 - w0) / float64(n)
 	// Offered load: 4 workers.
 	lc, err := newClient(4)
 	if err != nil {
