@@ -10,6 +10,7 @@ import (
 	"github.com/fenceq/fenceq/api"
 	"github.com/fenceq/fenceq/db"
 	"github.com/fenceq/fenceq/db/bolt"
+	"github.com/fenceq/fenceq/db/postgres"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -149,6 +150,17 @@ func TestMetrics_JobsOperationsRefusalsLatencyAndFile(t *testing.T) {
 		if _, ok := metricValue(fams, "fenceq_bolt_open_read_tx"); !ok {
 			t.Errorf("metric fenceq_bolt_open_read_tx is missing")
 		}
+	}
+	if _, isPG := ts.store.(*postgres.Store); isPG { // the PostgreSQL engine's own figures
+		// Every commit held the audit head once at least.
+		if v, _ := metricValue(fams, "fenceq_postgres_audit_head_turns_total"); v < 10 {
+			t.Errorf("fenceq_postgres_audit_head_turns_total = %v, want at least the 10 changes", v)
+		}
+		if v, ok := metricValue(fams, "fenceq_postgres_audit_head_held_seconds_total"); !ok || v <= 0 {
+			t.Errorf("metric fenceq_postgres_audit_head_held_seconds_total = %v (present %v), want above 0", v, ok)
+		}
+	} else if _, ok := metricValue(fams, "fenceq_postgres_audit_head_turns_total"); ok {
+		t.Errorf("a bbolt server reports fenceq_postgres_audit_head_turns_total")
 	}
 	if _, ok := metricValue(fams, "go_goroutines"); !ok {
 		t.Errorf("the Go runtime metrics are missing")

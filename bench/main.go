@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -24,6 +25,8 @@ import (
 	"github.com/fenceq/fenceq/api/client"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -33,7 +36,7 @@ var (
 	pgURL       = flag.String("pg", "", "PostgreSQL URL where the harness may create and drop schemas (required)")
 	pgData      = flag.String("pgdata", "", "that server's data directory: its CPU is read from postmaster.pid's process and children (optional)")
 	binPath     = flag.String("fenceq", "", "the fenceq binary to run (go build -o /tmp/fenceq . at the repository's root)")
-	basePath    = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base and pg1-base (before/after in one run)")
+	basePath    = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base, pg1-base and pg3-base (before/after in one run)")
 	nJobs       = flag.Int("n", 20000, "jobs per phase")
 	rounds      = flag.Int("rounds", 3, "alternated rounds")
 	targets     = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order each round runs them")
@@ -84,14 +87,14 @@ func run(target string, round int) (result, error) {
 		return runRiver(ctx, round)
 	case "bolt", "bolt-base":
 		return runFenceq(ctx, binFor(target), filepath.Join(*workDir, fmt.Sprintf("%s-r%d.db", target, round)), 1)
-	case "pg1", "pg3", "pg1-base":
+	case "pg1", "pg3", "pg1-base", "pg3-base":
 		schema := fmt.Sprintf("fenceq_bench_%s_%d_%d", strings.ReplaceAll(target, "-", "_"), round, time.Now().UnixNano()%1e6)
 		u, drop, err := newSchema(ctx, schema)
 		if err != nil {
 			return nil, err
 		}
 		defer drop()
-		return runFenceq(ctx, binFor(target), u, map[string]int{"pg1": 1, "pg3": 3, "pg1-base": 1}[target])
+		return runFenceq(ctx, binFor(target), u, map[string]int{"pg1": 1, "pg3": 3, "pg1-base": 1, "pg3-base": 3}[target])
 	}
 	return nil, fmt.Errorf("unknown target %q", target)
 }
@@ -123,8 +126,9 @@ func newSchema(ctx context.Context, schema string) (string, func(), error) {
 
 // server is one fenceq serve process.
 type server struct {
-	cmd *exec.Cmd
-	c   *client.Client
+	cmd  *exec.Cmd
+	c    *client.Client
+	addr string
 }
 
 func binFor(target string) string {
@@ -152,7 +156,7 @@ func startServer(ctx context.Context, bin, dbArg string) (*server, error) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if c.Readyz(ctx) == nil {
-			return &server{cmd: cmd, c: c}, nil
+			return &server{cmd: cmd, c: c, addr: addr}, nil
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
@@ -194,6 +198,36 @@ func readCPU(servers []*server) cpu {
 		}
 	}
 	return c
+}
+
+// headHeld sums the seconds the servers' batches held the audit chain's
+// head (fenceq_postgres_audit_head_held_seconds_total, PostgreSQL only):
+// its growth over a phase's time is how busy the chain, which every
+// replica's commits take turns at, was.
+func headHeld(ctx context.Context, servers []*server) (float64, error) {
+	var sum float64
+	for _, s := range servers {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.addr+"/metrics", nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, err
+		}
+		f, ok := fams["fenceq_postgres_audit_head_held_seconds_total"]
+		if !ok || len(f.GetMetric()) != 1 {
+			return 0, fmt.Errorf("%s/metrics has no fenceq_postgres_audit_head_held_seconds_total (a build before it?)", s.addr)
+		}
+		sum += f.GetMetric()[0].GetCounter().GetValue()
+	}
+	return sum, nil
 }
 
 // walAt is PostgreSQL's current WAL position in bytes (exact, unlike the
@@ -327,12 +361,16 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 	var done atomic.Int64
 	all := make(chan struct{})
 	onPG := strings.HasPrefix(dbArg, "postgres")
-	var w0 float64
+	var w0, h0 float64
+	headKnown := false
 	if onPG {
 		var err error
 		if w0, err = walAt(ctx); err != nil {
 			return nil, err
 		}
+		// An older build (-fenceq-base) may not report the head's hold.
+		h0, err = headHeld(ctx, servers)
+		headKnown = err == nil
 	}
 	c0 := readCPU(servers)
 	start := time.Now()
@@ -359,6 +397,12 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 	}
 	el := time.Since(start)
 	d := readCPU(servers).sub(c0)
+	var h1 float64
+	if headKnown {
+		var err error
+		h1, err = headHeld(ctx, servers)
+		headKnown = err == nil
+	}
 	cancel()
 	wg.Wait()
 	if done.Load() < int64(n) {
@@ -373,6 +417,11 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 			return nil, err
 		}
 		res["worker-wal-bytes/job"] = (w1 - w0) / float64(n)
+		if headKnown {
+			// The share of the drain's time some batch held the head:
+			// near 1, the chain is what limits the replicas.
+			res["worker-head-busy"] = (h1 - h0) / el.Seconds()
+		}
 	}
 	if replicas == 1 {
 		p50, p99, err := latency(ctx, func(due int64) error {
@@ -700,6 +749,7 @@ func report(names []string, all map[string][]result) {
 		ratio("pg1 / pg1-base "+k, "pg1", k, "pg1-base", k)
 		ratio("bolt / bolt-base "+k, "bolt", k, "bolt-base", k)
 	}
+	ratio("pg3 / pg3-base drain-worker/s", "pg3", "drain-worker/s", "pg3-base", "drain-worker/s")
 	for _, t := range []string{"pg1", "pg1-base", "river", "bolt", "bolt-base"} {
 		if p50, ok := median(all[t], "lat-p50-ms"); ok {
 			p99, _ := median(all[t], "lat-p99-ms")
