@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -44,6 +45,7 @@ var (
 	latRate     = flag.Int("lat-rate", 500, "jobs/s offered in the latency phase")
 	latConsumer = flag.String("lat-consumer", "worker", "fenceq's consumer in the latency phase: worker (the Go Worker, 4 handlers) or calls (4 loops of claim and complete-and-claim calls)")
 	workDir     = flag.String("dir", "", "directory for bbolt files (default: a temporary one)")
+	oneStore    = flag.Bool("one-store", false, "run a single-replica target's Worker drain and latency phase in the store its enqueue and separate-call phases used (the harness before 2026-12-05), not in a fresh one as River's drain follows only its own inserts")
 	payload     = strings.Repeat("x", 100)
 	procs       = 16
 	phaseMax    = 5 * time.Minute
@@ -85,18 +87,43 @@ func run(target string, round int) (result, error) {
 	switch target {
 	case "river":
 		return runRiver(ctx, round)
-	case "bolt", "bolt-base":
-		return runFenceq(ctx, binFor(target), filepath.Join(*workDir, fmt.Sprintf("%s-r%d.db", target, round)), 1)
-	case "pg1", "pg3", "pg1-base", "pg3-base":
-		schema := fmt.Sprintf("fenceq_bench_%s_%d_%d", strings.ReplaceAll(target, "-", "_"), round, time.Now().UnixNano()%1e6)
-		u, drop, err := newSchema(ctx, schema)
-		if err != nil {
-			return nil, err
+	case "bolt", "bolt-base", "pg1", "pg1-base":
+		// Each measured drain starts as River's does, on a store whose only
+		// history is the jobs it drains: the enqueue and separate-call
+		// phases in one store, the Worker drain and the latency phase (after
+		// that drain, as River's) in a fresh one.
+		res, err := withStore(ctx, target, round, "calls", func(db string) (result, error) {
+			return runFenceq(ctx, binFor(target), db, 1, partCalls|map[bool]part{true: partWorker}[*oneStore])
+		})
+		if err != nil || *oneStore {
+			return res, err
 		}
-		defer drop()
-		return runFenceq(ctx, binFor(target), u, map[string]int{"pg1": 1, "pg3": 3, "pg1-base": 1, "pg3-base": 3}[target])
+		w, err := withStore(ctx, target, round, "worker", func(db string) (result, error) {
+			return runFenceq(ctx, binFor(target), db, 1, partWorker)
+		})
+		maps.Copy(res, w)
+		return res, err
+	case "pg3", "pg3-base":
+		return withStore(ctx, target, round, "worker", func(db string) (result, error) {
+			return runFenceq(ctx, binFor(target), db, 3, partWorker)
+		})
 	}
 	return nil, fmt.Errorf("unknown target %q", target)
+}
+
+// withStore runs fn on a new store of target's engine: a bbolt file, or a
+// PostgreSQL schema dropped afterwards.
+func withStore(ctx context.Context, target string, round int, part string, fn func(db string) (result, error)) (result, error) {
+	if strings.HasPrefix(target, "bolt") {
+		return fn(filepath.Join(*workDir, fmt.Sprintf("%s-r%d-%s.db", target, round, part)))
+	}
+	schema := fmt.Sprintf("fenceq_bench_%s_%s_%d_%d", strings.ReplaceAll(target, "-", "_"), part, round, time.Now().UnixNano()%1e6)
+	u, drop, err := newSchema(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	return fn(u)
 }
 
 // newSchema creates schema and returns a URL whose search_path is it.
@@ -285,8 +312,17 @@ func children(pid int) []int {
 	return out
 }
 
-// runFenceq runs every phase on fenceq with replicas servers over dbArg.
-func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, error) {
+// part is a set of runFenceq's phases.
+type part int
+
+const (
+	partCalls  part = 1 << iota // single enqueues, then the drain by separate calls (one replica)
+	partWorker                  // the drain through client.Worker, then (one replica) the latency phase
+)
+
+// runFenceq runs the phases of parts on fenceq with replicas servers over
+// dbArg.
+func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part) (result, error) {
 	var servers []*server
 	defer func() {
 		for _, s := range servers {
@@ -303,7 +339,7 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 	res := result{}
 	c := servers[0].c
 	n := *nJobs
-	if replicas == 1 {
+	if replicas == 1 && parts&partCalls != 0 {
 		// Single enqueues, 16 producers.
 		el, err := parallel(n, func(i int) error {
 			_, err := c.Enqueue(ctx, client.NewJob{Queue: "e", Payload: map[string]string{"p": payload}})
@@ -353,6 +389,9 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int) (result, er
 		res["drain-calls/s"] = float64(n) / el.Seconds()
 		res["calls-server-cpu-µs/job"] = float64(d.servers.Microseconds()) / float64(n)
 		res["calls-pg-cpu-µs/job"] = float64(d.pg.Microseconds()) / float64(n)
+	}
+	if parts&partWorker == 0 {
+		return res, nil
 	}
 	// Drain through client.Worker (16 handlers on each replica).
 	if err := fill(ctx, c, "w", n); err != nil {
