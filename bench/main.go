@@ -40,7 +40,9 @@ var (
 	basePath    = flag.String("fenceq-base", "", "an older fenceq binary for the targets bolt-base, pg1-base and pg3-base (before/after in one run)")
 	nJobs       = flag.Int("n", 20000, "jobs per phase")
 	rounds      = flag.Int("rounds", 3, "alternated rounds")
-	targets     = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order each round runs them")
+	targets     = flag.String("targets", "river,bolt,pg1,pg3", "targets, in the order the first round runs them; round r starts r-1 places further on (-rotate)")
+	rotate      = flag.Bool("rotate", true, "rotate the targets' order from round to round, so that none always follows the same one")
+	checkpoint  = flag.Bool("checkpoint", true, "ask PostgreSQL for a CHECKPOINT before each target, so that none meets one its phases did not cause")
 	latDur      = flag.Duration("lat-dur", 10*time.Second, "length of the offered-load phase")
 	latRate     = flag.Int("lat-rate", 500, "jobs/s offered in the latency phase")
 	latConsumer = flag.String("lat-consumer", "worker", "fenceq's consumer in the latency phase: worker (the Go Worker, 4 handlers) or calls (4 loops of claim and complete-and-claim calls)")
@@ -70,7 +72,17 @@ func main() {
 	names := strings.Split(*targets, ",")
 	all := map[string][]result{}
 	for r := 1; r <= *rounds; r++ {
-		for _, t := range names {
+		order := names
+		if *rotate {
+			k := (r - 1) % len(names)
+			order = append(slices.Clone(names[k:]), names[:k]...)
+		}
+		for _, t := range order {
+			if *checkpoint {
+				if err := pgCheckpoint(context.Background()); err != nil {
+					log.Fatalf("round %d: checkpoint: %v", r, err)
+				}
+			}
 			res, err := run(t, r)
 			if err != nil {
 				log.Fatalf("round %d, %s: %v", r, t, err)
@@ -92,8 +104,12 @@ func run(target string, round int) (result, error) {
 		// history is the jobs it drains: the enqueue and separate-call
 		// phases in one store, the Worker drain and the latency phase (after
 		// that drain, as River's) in a fresh one.
+		parts := partCalls
+		if *oneStore {
+			parts |= partWorker
+		}
 		res, err := withStore(ctx, target, round, "calls", func(db string) (result, error) {
-			return runFenceq(ctx, binFor(target), db, 1, partCalls|map[bool]part{true: partWorker}[*oneStore])
+			return runFenceq(ctx, binFor(target), db, 1, parts)
 		})
 		if err != nil || *oneStore {
 			return res, err
@@ -149,6 +165,19 @@ func newSchema(ctx context.Context, schema string) (string, func(), error) {
 			c.Close(ctx)
 		}
 	}, nil
+}
+
+// pgCheckpoint makes PostgreSQL write its dirty buffers now: each target
+// then starts right after a checkpoint (and pays the full-page images that
+// follow one) instead of meeting one at a random point of a phase.
+func pgCheckpoint(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, *pgURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `CHECKPOINT`)
+	return err
 }
 
 // server is one fenceq serve process.
