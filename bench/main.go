@@ -50,6 +50,7 @@ var (
 	oneStore    = flag.Bool("one-store", false, "run a single-replica target's Worker drain and latency phase in the store its enqueue and separate-call phases used (the harness before 2026-12-05), not in a fresh one as River's drain follows only its own inserts")
 	payload     = strings.Repeat("x", 100)
 	procs       = 16
+	handlers    = flag.Int("handlers", 16, "handlers of each drain through client.Worker, and River's MaxWorkers in its drain (the separate-call drain keeps 16 workers)")
 	phaseMax    = 5 * time.Minute
 )
 
@@ -422,7 +423,7 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part)
 	if parts&partWorker == 0 {
 		return res, nil
 	}
-	// Drain through client.Worker (16 handlers on each replica).
+	// Drain through client.Worker (-handlers on each replica).
 	if err := fill(ctx, c, "w", n); err != nil {
 		return nil, err
 	}
@@ -446,7 +447,7 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part)
 	var wg sync.WaitGroup
 	for i, s := range servers {
 		w, err := client.NewWorker(s.c, func(ctx context.Context, j client.Job) (any, any, error) { return nil, nil, nil },
-			client.WorkerConfig{Name: fmt.Sprint("r", i), Queues: []string{"w"}, Concurrency: procs, Lease: time.Minute, Wait: 2 * time.Second,
+			client.WorkerConfig{Name: fmt.Sprint("r", i), Queues: []string{"w"}, Concurrency: *handlers, Lease: time.Minute, Wait: 2 * time.Second,
 				OnDone: func(client.Done) {
 					if done.Add(1) == int64(n) {
 						close(all)
@@ -677,7 +678,7 @@ func runRiver(ctx context.Context, round int) (result, error) {
 	res["enqueue/s"] = float64(n) / el.Seconds()
 	// Drain: the jobs inserted above, 16 workers; a job counts once its
 	// completion is committed (River's completed event).
-	rc, err := newClient(procs)
+	rc, err := newClient(*handlers)
 	if err != nil {
 		return nil, err
 	}
@@ -779,7 +780,7 @@ func median(rs []result, key string) (float64, bool) {
 }
 
 func report(names []string, all map[string][]result) {
-	fmt.Printf("\nmedians of %d alternated rounds, %d jobs of %d bytes, %d producers / %d workers\n\n", *rounds, *nJobs, len(payload), procs, procs)
+	fmt.Printf("\nmedians of %d alternated rounds, %d jobs of %d bytes, %d producers / %d workers (Worker drains: %d handlers)\n\n", *rounds, *nJobs, len(payload), procs, procs, *handlers)
 	for _, t := range names {
 		fmt.Printf("%-5s", t)
 		keys := map[string]bool{}
