@@ -676,7 +676,7 @@ func runRiver(ctx context.Context, round int) (result, error) {
 		return nil, err
 	}
 	res["enqueue/s"] = float64(n) / el.Seconds()
-	// Drain: the jobs inserted above, 16 workers; a job counts once its
+	// Drain: the jobs inserted above, -handlers workers; a job counts once its
 	// completion is committed (River's completed event).
 	rc, err := newClient(*handlers)
 	if err != nil {
