@@ -50,6 +50,7 @@ var (
 	oneStore    = flag.Bool("one-store", false, "run a single-replica target's Worker drain and latency phase in the store its enqueue and separate-call phases used (the harness before 2026-12-05), not in a fresh one as River's drain follows only its own inserts")
 	payload     = strings.Repeat("x", 100)
 	procs       = 16
+	prefetch    = flag.Int("prefetch", 16, "WorkerConfig.Prefetch of the Worker drains of targets named with +pf (bolt+pf, pg1+pf, pg3+pf): jobs each Worker may hold claimed beyond its handlers")
 	handlers    = flag.Int("handlers", 16, "handlers of each drain through client.Worker, and River's MaxWorkers in its drain (the separate-call drain keeps 16 workers)")
 	phaseMax    = 5 * time.Minute
 )
@@ -97,7 +98,11 @@ func main() {
 
 func run(target string, round int) (result, error) {
 	ctx := context.Background()
-	switch target {
+	kind, pf := target, 0
+	if k, ok := strings.CutSuffix(target, "+pf"); ok {
+		kind, pf = k, *prefetch
+	}
+	switch kind {
 	case "river":
 		return runRiver(ctx, round)
 	case "bolt", "bolt-base", "pg1", "pg1-base":
@@ -109,20 +114,26 @@ func run(target string, round int) (result, error) {
 		if *oneStore {
 			parts |= partWorker
 		}
+		if pf > 0 {
+			// Prefetch changes only the Worker: no separate calls.
+			return withStore(ctx, target, round, "worker", func(db string) (result, error) {
+				return runFenceq(ctx, binFor(kind), db, 1, partWorker, pf)
+			})
+		}
 		res, err := withStore(ctx, target, round, "calls", func(db string) (result, error) {
-			return runFenceq(ctx, binFor(target), db, 1, parts)
+			return runFenceq(ctx, binFor(kind), db, 1, parts, pf)
 		})
 		if err != nil || *oneStore {
 			return res, err
 		}
 		w, err := withStore(ctx, target, round, "worker", func(db string) (result, error) {
-			return runFenceq(ctx, binFor(target), db, 1, partWorker)
+			return runFenceq(ctx, binFor(kind), db, 1, partWorker, pf)
 		})
 		maps.Copy(res, w)
 		return res, err
 	case "pg3", "pg3-base":
 		return withStore(ctx, target, round, "worker", func(db string) (result, error) {
-			return runFenceq(ctx, binFor(target), db, 3, partWorker)
+			return runFenceq(ctx, binFor(kind), db, 3, partWorker, pf)
 		})
 	}
 	return nil, fmt.Errorf("unknown target %q", target)
@@ -134,7 +145,7 @@ func withStore(ctx context.Context, target string, round int, part string, fn fu
 	if strings.HasPrefix(target, "bolt") {
 		return fn(filepath.Join(*workDir, fmt.Sprintf("%s-r%d-%s.db", target, round, part)))
 	}
-	schema := fmt.Sprintf("fenceq_bench_%s_%s_%d_%d", strings.ReplaceAll(target, "-", "_"), part, round, time.Now().UnixNano()%1e6)
+	schema := fmt.Sprintf("fenceq_bench_%s_%s_%d_%d", strings.NewReplacer("-", "_", "+", "_").Replace(target), part, round, time.Now().UnixNano()%1e6)
 	u, drop, err := newSchema(ctx, schema)
 	if err != nil {
 		return nil, err
@@ -352,7 +363,7 @@ const (
 
 // runFenceq runs the phases of parts on fenceq with replicas servers over
 // dbArg.
-func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part) (result, error) {
+func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part, prefetch int) (result, error) {
 	var servers []*server
 	defer func() {
 		for _, s := range servers {
@@ -447,7 +458,7 @@ func runFenceq(ctx context.Context, bin, dbArg string, replicas int, parts part)
 	var wg sync.WaitGroup
 	for i, s := range servers {
 		w, err := client.NewWorker(s.c, func(ctx context.Context, j client.Job) (any, any, error) { return nil, nil, nil },
-			client.WorkerConfig{Name: fmt.Sprint("r", i), Queues: []string{"w"}, Concurrency: *handlers, Lease: time.Minute, Wait: 2 * time.Second,
+			client.WorkerConfig{Name: fmt.Sprint("r", i), Queues: []string{"w"}, Concurrency: *handlers, Prefetch: prefetch, Lease: time.Minute, Wait: 2 * time.Second,
 				OnDone: func(client.Done) {
 					if done.Add(1) == int64(n) {
 						close(all)
@@ -814,6 +825,11 @@ func report(names []string, all map[string][]result) {
 	ratio("pg1 single enqueues / River single inserts", "pg1", "enqueue/s", "river", "enqueue/s")
 	ratio("pg3 drain via Workers / pg1 drain via Worker", "pg3", "drain-worker/s", "pg1", "drain-worker/s")
 	ratio("bolt drain via client.Worker / River drain", "bolt", "drain-worker/s", "river", "drain/s")
+	ratio("pg1+pf drain via client.Worker / River drain", "pg1+pf", "drain-worker/s", "river", "drain/s")
+	ratio("pg1+pf / pg1 drain via client.Worker", "pg1+pf", "drain-worker/s", "pg1", "drain-worker/s")
+	ratio("pg3+pf drain via Workers / pg1+pf drain via Worker", "pg3+pf", "drain-worker/s", "pg1+pf", "drain-worker/s")
+	ratio("pg3+pf / pg3 drain via Workers", "pg3+pf", "drain-worker/s", "pg3", "drain-worker/s")
+	ratio("bolt+pf drain via client.Worker / River drain", "bolt+pf", "drain-worker/s", "river", "drain/s")
 	for _, k := range []string{"enqueue/s", "drain-calls/s", "drain-worker/s"} {
 		ratio("pg1 / pg1-base "+k, "pg1", k, "pg1-base", k)
 		ratio("bolt / bolt-base "+k, "bolt", k, "bolt-base", k)

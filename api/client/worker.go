@@ -106,6 +106,16 @@ type WorkerConfig struct {
 	Queues []string
 	// Concurrency is how many jobs run at once. Default 1.
 	Concurrency int
+	// Prefetch is how many jobs the worker may hold claimed beyond its
+	// handlers, waiting for one to free up. A free handler then starts
+	// one at once instead of waiting for a claim, and each call carries
+	// more completions: for short jobs, Prefetch = Concurrency drains
+	// faster. A waiting job's lease is running (heartbeats keep it), and
+	// another worker cannot take it: leave it 0 for long jobs. Jobs still
+	// waiting when a stop begins run during the drain; those the drain
+	// deadline finds not started are failed without running, to be
+	// retried at once (each claim counts as an attempt). Default 0.
+	Prefetch int
 	// Lease of each claim; heartbeats go every Lease/3. Default 30s.
 	Lease time.Duration
 	// Wait is the long-poll of each claim. Default 30s (the server may
@@ -168,6 +178,9 @@ func NewWorker(c *Client, h Handler, cfg WorkerConfig) (*Worker, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
+	}
+	if cfg.Prefetch < 0 {
+		return nil, fmt.Errorf("fenceq: worker prefetch %d is negative", cfg.Prefetch)
 	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = 30 * time.Second

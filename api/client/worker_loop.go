@@ -5,7 +5,9 @@ package client
 // talks to the server runs beside it and reports back on a channel:
 //
 //   - one long-poll claim at a time, for as many jobs as there are free
-//     handlers (never more: a claimed job's lease is running);
+//     handlers plus WorkerConfig.Prefetch (never more: a claimed job's
+//     lease is running); a job claimed while every handler is busy waits
+//     in the worker for the first to free up;
 //   - one finish call at a time: every completion and failure that came in
 //     while the previous one was in flight goes out together, the
 //     completions with a claim of replacements for the handlers they free
@@ -17,8 +19,8 @@ package client
 // without claim_next: fenced calls are safe to repeat, a claim is not. So
 // a lost reply leaves at most the claim_next.max of that call claimed by
 // nobody until their leases run out — at most the number of completions in
-// the batch, never more than Concurrency — and a lost long-poll reply at
-// most its max, the free handlers at the time.
+// the batch plus Prefetch, never more than Concurrency + Prefetch — and a
+// lost long-poll reply at most its max, the room free at the time.
 
 import (
 	"context"
@@ -31,8 +33,9 @@ import (
 	"time"
 )
 
-// held is a job the worker holds a claim on: its handler is running, or it
-// has finished and its completion or failure is on its way.
+// held is a job the worker holds a claim on: it waits for a free handler
+// (Prefetch), its handler is running, or it has finished and its
+// completion or failure is on its way.
 type held struct {
 	job    Job
 	token  uint64
@@ -75,8 +78,9 @@ func (w *Worker) claimParams() ClaimParams {
 func (w *Worker) loop(claimCtx context.Context) {
 	var (
 		holding   = map[uint64]*held{}
-		busy      int // handlers running
-		asked     int // jobs asked for by calls in flight
+		queued    []*held // claimed, waiting for a free handler
+		busy      int     // handlers running
+		asked     int     // jobs asked for by calls in flight
 		pending   []outcome
 		claiming  bool
 		finishing bool
@@ -101,6 +105,28 @@ func (w *Worker) loop(claimCtx context.Context) {
 	}()
 	stopCh := w.stopping
 
+	// run starts waiting jobs on the free handlers, in the order claimed.
+	run := func() {
+		for busy < w.cfg.Concurrency && len(queued) > 0 {
+			h := queued[0]
+			queued[0] = nil
+			queued = queued[1:]
+			if w.droppedLost(outcome{h: h}, holding) {
+				continue // a heartbeat found its claim lost while it waited
+			}
+			busy++
+			if h.ctx.Err() != nil {
+				// The drain deadline passed before it started: fail it
+				// without running the handler (retried at once).
+				go func() { outcomes <- outcome{h: h, err: fmt.Errorf("not started: %w", context.Cause(h.ctx))} }()
+				continue
+			}
+			go func() {
+				res, att, err := w.call(h.ctx, h.job, h.log)
+				outcomes <- outcome{h: h, result: res, attestation: att, err: err}
+			}()
+		}
+	}
 	start := func(jobs []Job) {
 		for _, job := range jobs {
 			token := job.FencingToken
@@ -110,19 +136,17 @@ func (w *Worker) loop(claimCtx context.Context) {
 			h := &held{job: job, token: token, log: w.log.With("job", job.ID, "queue", job.Queue, "token", token)}
 			h.ctx, h.cancel = context.WithCancelCause(w.jobsCtx)
 			holding[job.ID] = h
-			busy++
-			go func() {
-				res, att, err := w.call(h.ctx, h.job, h.log)
-				outcomes <- outcome{h: h, result: res, attestation: att, err: err}
-			}()
+			queued = append(queued, h)
 		}
+		run()
 	}
-	free := func() int { return w.cfg.Concurrency - busy - asked }
+	free := func() int { return w.cfg.Concurrency + w.cfg.Prefetch - busy - len(queued) - asked }
 	sendFinish := func() {
 		batch := pending
 		pending = nil
-		// Replacements for the handlers this batch frees, and no more:
-		// the bound on what a lost reply can leave claimed.
+		// Replacements for the handlers this batch frees (and room for
+		// Prefetch), and no more: the bound on what a lost reply can
+		// leave claimed.
 		n := 0
 		if !w.cfg.NoClaimNext && !w.isStopping() {
 			completions := 0
@@ -131,13 +155,14 @@ func (w *Worker) loop(claimCtx context.Context) {
 					completions++
 				}
 			}
-			n = min(free(), completions)
+			n = min(free(), completions+w.cfg.Prefetch)
 		}
 		asked += n
 		finishing = true
 		wg.Go(func() { finishes <- w.finish(batch, n) })
 	}
 	for {
+		run()
 		stopping := w.isStopping() || claimCtx.Err() != nil
 		// Claim for free handlers unless a finish call is about to claim
 		// replacements for them in its own transaction.
@@ -153,7 +178,7 @@ func (w *Worker) loop(claimCtx context.Context) {
 		if !finishing && len(pending) > 0 {
 			sendFinish()
 		}
-		if stopping && busy == 0 && !claiming && !finishing && len(pending) == 0 {
+		if stopping && busy == 0 && len(queued) == 0 && !claiming && !finishing && len(pending) == 0 {
 			return
 		}
 		select {

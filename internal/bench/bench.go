@@ -45,6 +45,7 @@ type config struct {
 	ClaimNext    bool          `json:"claim_next"`
 	Worker       bool          `json:"worker"`
 	Concurrency  int           `json:"concurrency,omitempty"`
+	Prefetch     int           `json:"prefetch,omitempty"`
 	LeaseMs      int64         `json:"lease_ms"`
 	WaitMs       int64         `json:"wait_ms"`
 	Rate         float64       `json:"rate,omitempty"`
@@ -70,7 +71,8 @@ job's due time, so a server that falls behind cannot hide its delay.
 
 With --worker the drain (and the latency mode's workers) go through the real
 Go client.Worker with a no-op handler: --workers Workers (1 unless given),
-each with --concurrency handlers; it claims for its free handlers, batches
+each with --concurrency handlers; it claims for its free handlers (and
+--prefetch more, waiting in the Worker for a handler), batches
 completions (claiming replacements in the same transaction) and heartbeats.
 
 With --protocol grpc or connect, every call but the commit figures goes
@@ -99,6 +101,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.BoolVar(&cfg.ClaimNext, "claim-next", false, "complete with claim_next: completing the last job a worker holds also claims its next (up to --claim-max)")
 	fs.BoolVar(&cfg.Worker, "worker", false, "drain through the Go client.Worker (no-op handler) instead of separate calls")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 16, "with --worker: handlers per Worker")
+	fs.IntVar(&cfg.Prefetch, "prefetch", 0, "with --worker: jobs each Worker may hold claimed beyond its handlers (WorkerConfig.Prefetch)")
 	fs.Int64Var(&cfg.LeaseMs, "lease-ms", 30000, "lease of each claim, in milliseconds")
 	fs.Int64Var(&cfg.WaitMs, "wait-ms", 1000, "long-poll wait of each claim, in milliseconds (0-60000)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "latency mode: jobs per second, sent at fixed times (0: throughput mode)")
@@ -115,7 +118,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cfg.Workers = 1
 	}
 	if !cfg.Worker {
-		cfg.Concurrency = 0
+		cfg.Concurrency, cfg.Prefetch = 0, 0
 	}
 	for _, p := range strings.Split(*phases, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -169,6 +172,8 @@ func (c *config) validate() error {
 		return cli.Usagef("--enqueue-batch must be at least 1")
 	case c.Worker && (c.Concurrency < 1 || c.Concurrency > 10000):
 		return cli.Usagef("--concurrency must be between 1 and 10000")
+	case c.Prefetch < 0 || c.Prefetch > 10000:
+		return cli.Usagef("--prefetch must be between 0 and 10000")
 	case c.ClaimMax < 0:
 		return cli.Usagef("--claim-max must be 0 or more")
 	case c.LeaseMs < 1:
@@ -841,7 +846,7 @@ func (b *bencher) clientWorker(ctx context.Context, w int, st *drainState) {
 		return nil, nil, nil
 	}, client.WorkerConfig{
 		Name: "bench-w" + strconv.Itoa(w), Queues: []string{b.cfg.Queue}, Concurrency: b.cfg.Concurrency,
-		Lease: time.Duration(b.cfg.LeaseMs) * time.Millisecond, Wait: wait,
+		Prefetch: b.cfg.Prefetch, Lease: time.Duration(b.cfg.LeaseMs) * time.Millisecond, Wait: wait,
 		Logger: slog.New(slog.DiscardHandler),
 		OnDone: func(d client.Done) {
 			switch d.Outcome {
@@ -1188,6 +1193,9 @@ func (r *Report) writeText(w io.Writer) {
 		c.EnqueueBatch, c.ClaimMax, c.ClaimNext, c.LeaseMs, c.WaitMs)
 	if c.Worker {
 		fmt.Fprintf(w, ", client.Worker with %d handlers each", c.Concurrency)
+		if c.Prefetch > 0 {
+			fmt.Fprintf(w, " and prefetch %d", c.Prefetch)
+		}
 	}
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
