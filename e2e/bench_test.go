@@ -91,6 +91,13 @@ func TestBenchCommandDrivesARealServer(t *testing.T) {
 		}
 	})
 
+	t.Run("through client.Worker with prefetch", func(t *testing.T) {
+		rep := runBench(t, base, "--jobs", "300", "--producers", "4", "--worker", "--concurrency", "4", "--prefetch", "4")
+		if rep.Config.Prefetch != 4 || rep.Config.Concurrency != 4 || rep.Completed < 300 {
+			t.Fatalf("report config %+v, completed %d; want one Worker of 4 handlers and prefetch 4, 300 completed", rep.Config, rep.Completed)
+		}
+	})
+
 	t.Run("latency mode", func(t *testing.T) {
 		rep := runBench(t, base, "--rate", "200", "--duration", "1s", "--workers", "2", "--claim-next")
 		if rep.Mode != "latency" || rep.Enqueued != 200 || rep.Completed != 200 {

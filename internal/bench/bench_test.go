@@ -33,6 +33,7 @@ func TestBenchCommandRefusesBadFlags(t *testing.T) {
 		{"--rate", "10", "--duration", "0s"},
 		{"--protocol", "thrift"},
 		{"--protocol", "grpc", "--worker"},
+		{"--worker", "--prefetch", "-1"},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := Command(context.Background(), args, &stdout, &stderr)
