@@ -73,6 +73,7 @@ func goProtocolWorkerMain() int {
 		opts = append(opts, client.WithHTTPClient(&http.Client{Transport: tr}))
 	}
 	startMS, _ := strconv.Atoi(os.Getenv("WP_START_TIMEOUT_MS"))
+	prefetch, _ := strconv.Atoi(os.Getenv("WP_PREFETCH"))
 	c, err := client.New(os.Getenv("WP_URL"), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "go worker:", err)
@@ -101,7 +102,7 @@ func goProtocolWorkerMain() int {
 		return map[string]any{"by": name, "r": p.Result}, nil, nil
 	}
 	w, err := client.NewWorker(c, h, client.WorkerConfig{
-		Name: name, Queues: []string{os.Getenv("WP_QUEUE")}, Concurrency: 4,
+		Name: name, Queues: []string{os.Getenv("WP_QUEUE")}, Concurrency: 4, Prefetch: prefetch,
 		Lease: time.Duration(leaseMS) * time.Millisecond, Wait: 5 * time.Second, DrainTimeout: 10 * time.Second,
 		StartTimeout: time.Duration(startMS) * time.Millisecond,
 		OnDone: func(d client.Done) {
@@ -153,16 +154,22 @@ func protocolWorkers(t *testing.T) []protocolWorker {
 		}
 		return p
 	}
-	return []protocolWorker{
-		{"go", func(t *testing.T) *exec.Cmd {
+	goWorker := func(env ...string) func(t *testing.T) *exec.Cmd {
+		return func(t *testing.T) *exec.Cmd {
 			self, err := os.Executable()
 			if err != nil {
 				t.Fatal(err)
 			}
 			cmd := exec.Command(self, "-test.run=^$")
-			cmd.Env = append(os.Environ(), "FENCEQ_TEST_PROTOCOL_WORKER=1")
+			cmd.Env = append(append(os.Environ(), "FENCEQ_TEST_PROTOCOL_WORKER=1"), env...)
 			return cmd
-		}, false},
+		}
+	}
+	return []protocolWorker{
+		{"go", goWorker(), false},
+		// The Go Worker holding 4 claimed jobs beyond its 4 handlers
+		// (WorkerConfig.Prefetch) makes the same promises.
+		{"go-prefetch", goWorker("WP_PREFETCH=4"), false},
 		{"python", func(t *testing.T) *exec.Cmd {
 			py := "/usr/bin/python3"
 			if _, err := os.Stat(py); err != nil {
@@ -654,7 +661,7 @@ var wpMatrix = []wpConfig{
 // the worker-protocol suite: its seven cases (docs/guarantees.md) for every
 // worker, on every server of wpMatrix — bbolt and PostgreSQL, with and
 // without --require-fencing, every one wanting a bearer token, and once
-// over TLS. The four workers run side by side on one server (their queues
+// over TLS. The five workers run side by side on one server (their queues
 // apart); the settings one after the other.
 func TestWorkerProtocol_EveryWorkerFencesHeartbeatsCancelsDrainsAndRetries(t *testing.T) {
 	token, authFile := wpToken(t)
@@ -691,7 +698,7 @@ func wpCases(t *testing.T, pw protocolWorker, cfg wpConfig, srv *wpServer, token
 	})
 
 	t.Run("2 heartbeats keep a 2 s lease alive for a 4 s handler", func(t *testing.T) {
-		// 2 s, not 1: four workers, their servers and the race-built
+		// 2 s, not 1: five workers, their servers and the race-built
 		// test binary share the machine, and a heartbeat late by a
 		// lease loses the claim.
 		queue := "wp-beat-" + pw.name
@@ -920,8 +927,8 @@ func TestClientsDocs_TheWorkerExamplesCompleteAJobAndDrainOnSIGTERM(t *testing.T
 		t.Fatal(err)
 	}
 	for _, pw := range protocolWorkers(t) {
-		if pw.name == "exec" {
-			continue // fenceq worker --exec's example runs in leases.md's walkthrough
+		if pw.name == "exec" || pw.name == "go-prefetch" {
+			continue // fenceq worker --exec's example runs in leases.md's walkthrough; go's is the Go Worker's
 		}
 		t.Run(pw.name, func(t *testing.T) {
 			probe := pw.command(t) // skips or fails as the suite does when the language is missing
