@@ -331,7 +331,9 @@ func TestCLI_HelpListsEveryCommand(t *testing.T) {
 		mustContain(t, strings.Join(args, " ")+" --help", stdout, "usage: fenceq "+strings.Join(args, " "), "-server")
 	}
 	stdout, _ := mustRun(t, nil, 0, "worker", "--help")
-	mustContain(t, "worker --help", stdout, "FENCEQ_JOB_ID", "FENCEQ_FENCING_TOKEN", "process group", "-exec", "-kill-grace")
+	mustContain(t, "worker --help", stdout, "FENCEQ_JOB_ID", "FENCEQ_FENCING_TOKEN", "process group", "-exec", "-kill-grace", "-prefetch")
+	_, stderr := mustRun(t, nil, 2, "worker", "--exec", "true", "--prefetch", "-1")
+	mustContain(t, "worker --prefetch -1", stderr, "--prefetch not negative")
 }
 
 // jobIDOf reads the id out of a job JSON object.

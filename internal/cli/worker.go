@@ -57,6 +57,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	queues := fs.String("queue", "default", "queues to claim from, comma-separated")
 	name := fs.String("name", host, "worker label; claims are held by principal|name")
 	concurrency := fs.Int("concurrency", 1, "commands running at once")
+	prefetch := fs.Int("prefetch", 0, "jobs held claimed beyond --concurrency, heartbeated, each started when a command ends (for short commands; WorkerConfig.Prefetch)")
 	leaseD := fs.Duration("lease", 30*time.Second, "lease of each claim; heartbeats go every lease/3")
 	wait := fs.Duration("wait", 30*time.Second, "long-poll of each claim")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long running commands may finish")
@@ -71,8 +72,8 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if strings.TrimSpace(*command) == "" {
 		return UsageError{"fenceq worker needs --exec CMD; see \"fenceq worker --help\""}
 	}
-	if *concurrency < 1 || *maxOutput < 1 || *grace < 0 {
-		return UsageError{"--concurrency and --max-output must be positive, --kill-grace not negative"}
+	if *concurrency < 1 || *maxOutput < 1 || *grace < 0 || *prefetch < 0 {
+		return UsageError{"--concurrency and --max-output must be positive, --kill-grace and --prefetch not negative"}
 	}
 	var qs []string
 	for _, q := range strings.Split(*queues, ",") {
@@ -93,7 +94,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	h := &execHandler{command: *command, grace: *grace, maxOutput: *maxOutput, worker: *name,
 		server: c.BaseURL(), token: cf.token, stderr: &lockedWriter{w: stderr}}
 	w, err := client.NewWorker(c, h.handle, client.WorkerConfig{
-		Name: *name, Queues: qs, Concurrency: *concurrency, Lease: *leaseD, Wait: *wait, DrainTimeout: *drain,
+		Name: *name, Queues: qs, Concurrency: *concurrency, Prefetch: *prefetch, Lease: *leaseD, Wait: *wait, DrainTimeout: *drain,
 		StartTimeout: *startTimeout, Logger: logger,
 		OnDone: func(d client.Done) {
 			attrs := []any{"job", d.Job.ID, "queue", d.Job.Queue, "token", d.Job.FencingToken, "outcome", d.Outcome}
