@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 )
@@ -250,6 +251,11 @@ func (w *Worker) loop(claimCtx context.Context) {
 					h.lost = err
 					h.cancel(fmt.Errorf("%w: %w", ErrClaimLost, err))
 				}
+			}
+			if len(r.lost) > 0 {
+				// A waiting job whose claim was lost ends now, not when
+				// a handler frees up; its room is claimed again.
+				queued = slices.DeleteFunc(queued, func(h *held) bool { return w.droppedLost(outcome{h: h}, holding) })
 			}
 			if r.err != nil && hbCtx.Err() == nil {
 				w.log.Warn("heartbeat failed; trying again", "err", r.err)

@@ -204,6 +204,54 @@ func TestWorker_Prefetch_StopRunsTheWaitingJobsAndTheDeadlineFailsThoseNotStarte
 	})
 }
 
+// A waiting job whose claim is lost (cancelled) is reported lost at the
+// next heartbeat, without its handler running and without waiting for a
+// handler to free up; the worker claims another job in its place.
+func TestWorker_Prefetch_AWaitingJobLostIsDroppedAtOnceAndReplaced(t *testing.T) {
+	srv := newServer(t, db.Rules{}, api.Config{})
+	c := mustClient(t, srv.URL)
+	ids := enqueueN(t, c, "pfl", 2)
+	var calls atomic.Int64
+	startedCh, release := make(chan started, 3), make(chan struct{})
+	r := startRunner(t, srv.URL, client.WorkerConfig{Name: "w", Queues: []string{"pfl"}, Concurrency: 1, Prefetch: 1, Lease: time.Second, Wait: time.Second},
+		func(ctx context.Context, job client.Job) (any, any, error) {
+			calls.Add(1)
+			startedCh <- started{ctx, job}
+			select {
+			case <-release:
+				return "ok", nil, nil
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		})
+	first := receive(t, startedCh, "the first job starts")
+	waiting := ids[0]
+	if waiting == first.job.ID {
+		waiting = ids[1]
+	}
+	waitFor(t, "both claimed", func() bool { return statesOf(t, c, ids)[client.StateClaimed] == 2 })
+	third := enqueueN(t, c, "pfl", 1)[0]
+	if _, err := c.CancelJob(context.Background(), waiting); err != nil {
+		t.Fatal(err)
+	}
+	if d := r.next(t, "the cancelled waiting job"); d.Job.ID != waiting || d.Outcome != client.OutcomeLost {
+		t.Fatalf("done = job %d %s %v, want the waiting job %d lost", d.Job.ID, d.Outcome, d.Err, waiting)
+	}
+	waitFor(t, "the third job claimed in its place", func() bool { return statesOf(t, c, []uint64{third})[client.StateClaimed] == 1 })
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("%d handler calls while the first job runs, want 1 (the lost job must not run)", got)
+	}
+	close(release)
+	for range 2 {
+		if d := r.next(t, "a job"); d.Outcome != client.OutcomeCompleted || d.Job.ID == waiting {
+			t.Fatalf("done = job %d %s %v, want the first and the third completed", d.Job.ID, d.Outcome, d.Err)
+		}
+	}
+	if j, _ := c.GetJob(context.Background(), waiting); j.State != client.StateCancelled {
+		t.Fatalf("the waiting job is %s, want cancelled", j.State)
+	}
+}
+
 func TestNewWorker_RefusesANegativePrefetch(t *testing.T) {
 	c := mustClient(t, "http://127.0.0.1:1")
 	_, err := client.NewWorker(c, func(context.Context, client.Job) (any, any, error) { return nil, nil, nil }, client.WorkerConfig{Prefetch: -1})
