@@ -97,6 +97,17 @@ class Done:
     stored: Job | None = None
 
 
+@dataclass(eq=False)
+class _Held:
+    """A job the worker holds a claim on, heartbeated from its claim until
+    its handler ends: waiting for a free handler (prefetch) while handler
+    is None, then running."""
+
+    ctx: JobContext
+    beat: asyncio.Task[None] | None = None
+    handler: asyncio.Future[Any] | None = None
+
+
 @dataclass
 class _Outcome:
     """A handler's answer, waiting to be sent."""
@@ -126,7 +137,15 @@ class Worker:
 
     start_timeout: when the server has not answered any claim for that
     long since run() began (a wrong URL, nothing listening), run() raises
-    the TransportError naming the URL. None (the default) keeps trying."""
+    the TransportError naming the URL. None (the default) keeps trying.
+
+    prefetch: how many claimed jobs the worker may hold beyond its
+    concurrency handlers (0, the default: none). A job claimed while every
+    handler is busy waits in the worker, in claim order, for the first
+    handler to free up; it is heartbeated while it waits, and reported lost
+    at once (never run) if a heartbeat is refused. On stop, waiting jobs
+    still run during the drain; those not started when drain_timeout
+    passes are failed without running the handler, for a retry at once."""
 
     def __init__(
         self,
@@ -142,7 +161,10 @@ class Worker:
         blocking: bool = False,
         on_done: Callable[[Done], None] | None = None,
         start_timeout: float | None = None,
+        prefetch: int = 0,
     ) -> None:
+        if prefetch < 0:
+            raise ValueError(f"fenceq: worker prefetch {prefetch} is negative (0 holds no job beyond concurrency)")
         if lease < 0.03:
             raise ValueError(f"fenceq: worker lease {lease}s is too short to heartbeat (at least 0.03 s)")
         self.client = client
@@ -156,10 +178,12 @@ class Worker:
         self.blocking = blocking
         self.on_done = on_done
         self.start_timeout = start_timeout
+        self.prefetch = prefetch
         self._stopping: asyncio.Event | None = None
         self._wake: asyncio.Event | None = None
         self._fatal: BaseException | None = None
         self._busy = 0  # handlers running
+        self._waiting: list[_Held] = []  # claimed, waiting for a free handler, in claim order
         self._asked = 0  # jobs asked for by calls in flight
         self._pending: list[_Outcome] = []
         self._handlers: dict[int, tuple[JobContext, asyncio.Future[Any]]] = {}
@@ -195,12 +219,34 @@ class Worker:
             raise self._fatal
 
     def _free(self) -> int:
-        return self.concurrency - self._busy - self._asked
+        """The room: jobs the worker may claim now."""
+        return self.concurrency + self.prefetch - self._busy - len(self._waiting) - self._asked
 
     def _start(self, jobs: list[Job]) -> None:
+        """Hold the claimed jobs (heartbeated from now on) and start as many
+        as there are free handlers; the rest wait."""
         for job in jobs:
+            h = _Held(JobContext(self.client, self.name, job))
+            h.beat = asyncio.create_task(self._heartbeat(h))
+            self._waiting.append(h)
+        self._run_waiting()
+
+    def _run_waiting(self) -> None:
+        """Start waiting jobs on the free handlers, in claim order; after
+        the drain timeout, fail them without running the handler."""
+        if self._hard_stop and self._waiting:
+            not_started, self._waiting = self._waiting, []
+            for h in not_started:
+                if h.beat is not None:
+                    h.beat.cancel()
+                self._pending.append(_Outcome(h.ctx, None, Failure(
+                    "fenceq: worker stopped before the job finished (not started)", retry_after=0)))
+            assert self._wake is not None
+            self._wake.set()
+        while self._busy < self.concurrency and self._waiting:
+            h = self._waiting.pop(0)
             self._busy += 1
-            task = asyncio.create_task(self._run_job(job))
+            task = asyncio.create_task(self._run_job(h))
             self._tasks.add(task)  # the loop keeps only weak references to tasks
             task.add_done_callback(self._tasks.discard)
 
@@ -238,21 +284,26 @@ class Worker:
             if finish is None and self._pending:
                 batch, self._pending = self._pending, []
                 completions = sum(1 for o in batch if o.err is None)
-                # Replacements for the handlers this batch frees, and no
-                # more: the bound on what a lost reply can leave claimed.
-                finish_n = 0 if stopping else max(0, min(self._free(), completions))
+                # Replacements for the handlers this batch frees (and room
+                # for prefetch), and no more: the bound on what a lost
+                # reply can leave claimed.
+                finish_n = 0 if stopping else max(0, min(self._free(), completions + self.prefetch))
                 self._asked += finish_n
                 finish = asyncio.create_task(self._finish(batch, finish_n))
                 finish.add_done_callback(lambda _: wake.set())
             if stopping and claim is not None and not claim.done():
                 claim.cancel()  # abandon the long-poll
-            if stopping and self._busy == 0 and claim is None and finish is None and not self._pending:
+            if (stopping and self._busy == 0 and not self._waiting and claim is None and finish is None
+                    and not self._pending):
                 return
-            if drain_until is not None and now >= drain_until and not self._hard_stop and self._handlers:
-                log.warning("drain timeout: cancelling the %d jobs still running", len(self._handlers))
+            if (drain_until is not None and now >= drain_until and not self._hard_stop
+                    and (self._handlers or self._waiting)):
+                log.warning("drain timeout: cancelling the %d jobs still running, failing the %d not started",
+                            len(self._handlers), len(self._waiting))
                 self._hard_stop = True
                 for _, task in list(self._handlers.values()):
                     task.cancel()  # _run_job fails the job at once
+                self._run_waiting()  # fails the waiting ones without running them
             timeout: float | None = None
             if retry_at > now and not stopping:
                 timeout = retry_at - now
@@ -298,22 +349,28 @@ class Worker:
                 done_finish, finish = finish, None
                 self._start(done_finish.result())
 
-    async def _run_job(self, job: Job) -> None:
-        ctx = JobContext(self.client, self.name, job)
+    async def _run_job(self, h: _Held) -> None:
         try:
-            outcome = await self._run_handler(ctx)
+            outcome = await self._run_handler(h)
         finally:
             self._busy -= 1
-            self._handlers.pop(ctx.id, None)
+            self._handlers.pop(h.ctx.id, None)
             assert self._wake is not None
             self._wake.set()
         if outcome is not None:
             self._pending.append(outcome)
+        self._run_waiting()  # the next waiting job takes the freed handler at once
 
-    async def _run_handler(self, ctx: JobContext) -> _Outcome | None:
-        """Run the handler with heartbeats; None when the claim was lost
-        (reported here), else the outcome to send."""
+    async def _run_handler(self, h: _Held) -> _Outcome | None:
+        """Run the handler, heartbeated by h.beat; None when the claim was
+        lost (reported here), else the outcome to send."""
+        ctx = h.ctx
         handler_task: asyncio.Future[Any]
+        if ctx.lost:  # a heartbeat found the claim lost before the handler started
+            if h.beat is not None:
+                h.beat.cancel()
+            self._report(Done(ctx.job, "lost", ClaimLost(f"fenceq: job {ctx.id}: claim lost")))
+            return None
         try:
             if self.blocking:
                 handler_task = asyncio.ensure_future(asyncio.to_thread(self.handler, ctx))
@@ -325,10 +382,12 @@ class Worker:
         except Exception as e:  # the job fails with it, like a handler's own error
             handler_task = asyncio.get_running_loop().create_future()
             handler_task.set_exception(e)
+        h.handler = handler_task
         self._handlers[ctx.id] = (ctx, handler_task)
         if self._hard_stop:
             handler_task.cancel()
-        beat = asyncio.create_task(self._heartbeat(ctx, handler_task))
+        beat = h.beat
+        assert beat is not None
         value: Any = None
         err: BaseException | None = None
         try:
@@ -474,10 +533,12 @@ class Worker:
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, 1.0)
 
-    async def _heartbeat(self, ctx: JobContext, handler_task: asyncio.Future[Any]) -> None:
-        """Every lease/3: extend the claim with its token. A refusal, or a
-        lease that ran out while the server could not be reached, loses the
-        claim and cancels the handler."""
+    async def _heartbeat(self, h: _Held) -> None:
+        """Every lease/3 from the claim on: extend the claim with its token.
+        A refusal, or a lease that ran out while the server could not be
+        reached, loses the claim and cancels the handler; a job still
+        waiting for a handler is reported lost at once and never runs."""
+        ctx = h.ctx
         interval = self.lease / 3
         expires = time.monotonic() + self.lease
         while True:
@@ -497,7 +558,15 @@ class Worker:
                 log.warning("job %d: the lease ran out without a heartbeat: cancelling the handler", ctx.id)
                 break
         ctx._mark_lost()
-        handler_task.cancel()
+        if h.handler is not None:
+            h.handler.cancel()
+        elif h in self._waiting:
+            self._waiting.remove(h)
+            log.warning("job %d: claim lost while it waited for a handler; it does not run", ctx.id)
+            self._report(Done(ctx.job, "lost", ClaimLost(f"fenceq: job {ctx.id}: claim lost")))
+            assert self._wake is not None
+            self._wake.set()  # its room can be claimed again
+        # else: its handler is starting; _run_handler sees ctx.lost
 
     def _report(self, d: Done) -> None:
         if self.on_done is not None:

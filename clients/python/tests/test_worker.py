@@ -6,11 +6,13 @@ import asyncio
 import threading
 import time
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
 from fenceq import APIError, ClaimLost, Client, Done, Failure, JobContext, TransportError, Worker
+from fenceq._models import ClaimRequest, Job
 
 
 def run(coro: Any) -> Any:
@@ -394,3 +396,185 @@ def test_a_refused_item_of_a_batched_completion_is_lost_and_the_others_complete(
         assert ja["state"] == "cancelled" and ja.get("result") is None, ja
         assert jb["state"] == "completed" and jb.get("result") == "b", jb
     run(main())
+
+
+class RecordingClient(Client):
+    """A Client that records the max each long-poll claim asks for."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.claim_max: list[int] = []
+
+    async def claim(self, req: ClaimRequest) -> list[Job]:
+        self.claim_max.append(req.get("max", 1))
+        return await super().claim(req)
+
+
+async def _states(c: Client, ids: list[int]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for i in ids:
+        s = (await c.get_job(i))["state"]
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
+async def _until(cond: Callable[[], Awaitable[bool]], within: float = 5) -> None:
+    deadline = time.monotonic() + within
+    while not await cond():
+        assert time.monotonic() < deadline, "not within %.1fs" % within
+        await asyncio.sleep(0.02)
+
+
+def test_prefetch_holds_claimed_jobs_beyond_the_handlers_and_heartbeats_them(server: str) -> None:
+    async def main() -> None:
+        c = RecordingClient(server)
+        ids = [(await c.enqueue({"queue": "pf", "payload": i}))["id"] for i in range(8)]
+        release = asyncio.Event()
+        running, peak, started = 0, 0, []
+
+        async def handler(ctx: JobContext) -> Any:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            started.append(ctx.id)
+            await release.wait()
+            running -= 1
+            return ctx.payload
+
+        stop = StopAfter(8)
+        w = Worker(c, handler, queues=["pf"], concurrency=2, prefetch=3, lease=1, wait=1, on_done=stop)
+        stop.worker = w
+        t = asyncio.create_task(w.run())
+
+        async def five_claimed() -> bool:
+            return await _states(c, ids) == {"claimed": 5, "available": 3} and len(started) == 2
+        await _until(five_claimed)
+        assert c.claim_max[0] == 5  # concurrency + prefetch
+        await asyncio.sleep(1.5)  # more than a lease: the waiting jobs' heartbeats keep them
+        assert await _states(c, ids) == {"claimed": 5, "available": 3}
+        assert len(started) == 2
+        release.set()
+        await t
+        assert sorted(d.job["id"] for d in stop.dones) == ids
+        assert {d.outcome for d in stop.dones} == {"completed"}
+        for i in ids:
+            j = await c.get_job(i)
+            assert j["state"] == "completed" and j["attempts"] == 1
+        assert peak == 2 and sorted(started) == ids
+    run(main())
+
+
+def test_stop_runs_the_waiting_jobs_during_the_drain(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        ids = [(await c.enqueue({"queue": "pf", "payload": i}))["id"] for i in range(3)]
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def handler(ctx: JobContext) -> Any:
+            started.append(ctx.id)
+            await release.wait()
+            return ctx.payload
+
+        dones: list[Done] = []
+        w = Worker(c, handler, queues=["pf"], concurrency=1, prefetch=2, lease=1, wait=1, drain_timeout=10,
+                   on_done=dones.append)
+        t = asyncio.create_task(w.run())
+
+        async def all_claimed() -> bool:
+            return await _states(c, ids) == {"claimed": 3} and len(started) == 1
+        await _until(all_claimed)
+        w.stop()
+        await asyncio.sleep(0.1)
+        release.set()
+        await t
+        assert started == ids  # in claim order
+        assert [d.outcome for d in dones] == ["completed"] * 3
+        for i in ids:
+            j = await c.get_job(i)
+            assert j["state"] == "completed" and j["attempts"] == 1
+    run(main())
+
+
+def test_the_drain_timeout_fails_waiting_jobs_without_running_them(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        ids = [(await c.enqueue({"queue": "pf", "payload": i}))["id"] for i in range(3)]
+        started: list[int] = []
+
+        async def handler(ctx: JobContext) -> Any:
+            started.append(ctx.id)
+            await asyncio.sleep(30)
+
+        dones: list[Done] = []
+        w = Worker(c, handler, queues=["pf"], concurrency=1, prefetch=2, lease=3, wait=1, drain_timeout=0.5,
+                   on_done=dones.append)
+        t = asyncio.create_task(w.run())
+
+        async def all_claimed() -> bool:
+            return await _states(c, ids) == {"claimed": 3} and len(started) == 1
+        await _until(all_claimed)
+        w.stop()
+        await t
+        assert started == ids[:1]  # the handler ran for the started job only
+        assert sorted(d.job["id"] for d in dones) == ids and {d.outcome for d in dones} == {"failed"}
+        for i in ids:
+            j = await c.get_job(i)
+            assert j["attempts"] == 1 and "worker stopped" in j.get("last_error", ""), j
+            # claimable at once: no backoff
+            assert j["state"] == "available" or (j["state"] == "scheduled" and j["run_at"] <= j["updated_at"]), j
+        assert len(await c.claim({"worker": "other", "queues": ["pf"], "max": 3, "wait_ms": 1000})) == 3
+    run(main())
+
+
+def test_a_waiting_job_cancelled_is_reported_lost_at_once_and_never_runs(server: str) -> None:
+    async def main() -> None:
+        c = Client(server)
+        first = await c.enqueue({"queue": "pf", "payload": "first"})
+        second = await c.enqueue({"queue": "pf", "payload": "second"})
+        release, lost = asyncio.Event(), asyncio.Event()
+        started: list[int] = []
+        dones: list[Done] = []
+
+        def on_done(d: Done) -> None:
+            dones.append(d)
+            if d.outcome == "lost":
+                lost.set()
+
+        async def handler(ctx: JobContext) -> Any:
+            started.append(ctx.id)
+            await release.wait()
+            return ctx.payload
+
+        w = Worker(c, handler, queues=["pf"], concurrency=1, prefetch=1, lease=1, wait=1, on_done=on_done)
+        t = asyncio.create_task(w.run())
+
+        async def both_claimed() -> bool:
+            return await _states(c, [first["id"], second["id"]]) == {"claimed": 2} and len(started) == 1
+        await _until(both_claimed)
+        await c.call("cancel", id=second["id"])
+        await asyncio.wait_for(lost.wait(), 3)  # while the first handler still blocks
+        assert not release.is_set() and started == [first["id"]]
+        assert [(d.job["id"], d.outcome) for d in dones] == [(second["id"], "lost")]
+        # its room is claimed again
+        third = await c.enqueue({"queue": "pf", "payload": "third"})
+
+        async def third_claimed() -> bool:
+            return (await c.get_job(third["id"]))["state"] == "claimed"
+        await _until(third_claimed, 3)
+        assert started == [first["id"]]
+        release.set()
+
+        async def two_done() -> bool:
+            return len(dones) == 3
+        await _until(two_done)
+        w.stop()
+        await t
+        assert started == [first["id"], third["id"]]  # never the cancelled one
+        assert (await c.get_job(second["id"]))["state"] == "cancelled"
+    run(main())
+
+
+def test_a_negative_prefetch_is_refused(server: str) -> None:
+    with pytest.raises(ValueError, match="prefetch"):
+        Worker(Client(server), lambda ctx: None, prefetch=-1)
