@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -418,6 +420,11 @@ async def _states(c: Client, ids: list[int]) -> dict[str, int]:
     return counts
 
 
+def _ts(s: str) -> float:
+    """An RFC 3339 time of the server's (nanoseconds) as a Unix time."""
+    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", s).replace("Z", "+00:00")).timestamp()
+
+
 async def _until(cond: Callable[[], Awaitable[bool]], within: float = 5) -> None:
     deadline = time.monotonic() + within
     while not await cond():
@@ -452,6 +459,10 @@ def test_prefetch_holds_claimed_jobs_beyond_the_handlers_and_heartbeats_them(ser
         assert c.claim_max[0] == 5  # concurrency + prefetch
         await asyncio.sleep(1.5)  # more than a lease: the waiting jobs' heartbeats keep them
         assert await _states(c, ids) == {"claimed": 5, "available": 3}
+        for i in ids:
+            j = await c.get_job(i)
+            if j["state"] == "claimed":  # an expired lease still shows claimed: its expiry tells
+                assert j["attempts"] == 1 and _ts(j["lease_expires_at"]) > time.time(), j
         assert len(started) == 2
         release.set()
         await t
