@@ -1,7 +1,8 @@
 """The Python Worker as the worker-protocol suite drives it (e2e/workerprotocol_test.go).
 
 Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS; optional: WP_TOKEN, WP_CA_FILE (a CA to
-trust over https), WP_START_TIMEOUT_MS (give up on a server that never answers). Each job's payload is
+trust over https), WP_START_TIMEOUT_MS (give up on a server that never answers),
+WP_PREFETCH (the Worker's prefetch=, 0 by default). Each job's payload is
 {"sleep_ms": N, "result": R}: the handler sleeps N ms and returns
 {"by": WP_NAME, "r": R}. Events go to stdout, one JSON object a line:
 start (id, token), cancelled (id), done (id, outcome). SIGTERM drains."""
@@ -37,9 +38,10 @@ async def main() -> None:
     client = Client(os.environ["WP_URL"], token=os.environ.get("WP_TOKEN") or None,
                     ca_file=os.environ.get("WP_CA_FILE") or None)
     start_ms = int(os.environ.get("WP_START_TIMEOUT_MS") or 0)
+    prefetch = int(os.environ.get("WP_PREFETCH") or 0)
     w = Worker(client, handler, name=name, queues=[os.environ["WP_QUEUE"]],
                concurrency=4, lease=int(os.environ["WP_LEASE_MS"]) / 1000, wait=5, drain_timeout=10,
-               on_done=on_done, start_timeout=start_ms / 1000 if start_ms else None)
+               on_done=on_done, start_timeout=start_ms / 1000 if start_ms else None, prefetch=prefetch)
     event(event="ready")
     await w.run(handle_signals=True)
 
