@@ -277,7 +277,7 @@ async function states(c: Client, ids: number[]): Promise<Job[]> {
 
 const count = (jobs: Job[], state: string) => jobs.filter((j) => j.state === state).length;
 
-test("prefetch holds that many claimed jobs beyond the handlers, heartbeated, and runs them as handlers free up", async () => {
+test("prefetch holds that many claimed jobs beyond the handlers, heartbeated, and runs them as handlers free up", { timeout: 30000 }, async (t) => {
   const c = new Client(base);
   const q = queue();
   const ids: number[] = [];
@@ -300,6 +300,7 @@ test("prefetch holds that many claimed jobs beyond the handlers, heartbeated, an
     { queues: [q], concurrency: 2, prefetch: 3, leaseMs: 1000, waitMs: 1000, onDone: (d) => { dones.push(d); if (dones.length === 8) w.stop(); } },
   );
   const run = w.run();
+  t.after(() => { release(); w.stop(); }); // a failed assertion leaves no worker behind
   await waitFor("5 claimed", async () => count(await states(c, ids), "claimed") === 5);
   await new Promise((r) => setTimeout(r, 200)); // no more claims come
   let js = await states(c, ids);
@@ -328,7 +329,7 @@ test("prefetch holds that many claimed jobs beyond the handlers, heartbeated, an
   assert.ok(peak <= 2, `${peak} handlers ran at once`);
 });
 
-test("a stop runs the waiting (prefetched) jobs during the drain", async () => {
+test("a stop runs the waiting (prefetched) jobs during the drain", { timeout: 30000 }, async (t) => {
   const c = new Client(base);
   const q = queue();
   const ids: number[] = [];
@@ -344,6 +345,7 @@ test("a stop runs the waiting (prefetched) jobs during the drain", async () => {
     { queues: [q], concurrency: 1, prefetch: 3, leaseMs: 3000, waitMs: 1000, drainTimeoutMs: 10000 },
   );
   const run = w.run();
+  t.after(() => w.stop());
   await waitFor("4 claimed", async () => count(await states(c, ids), "claimed") === 4);
   w.stop();
   assert.ok(started < 4, `${started} started before the stop`);
@@ -355,7 +357,7 @@ test("a stop runs the waiting (prefetched) jobs during the drain", async () => {
   }
 });
 
-test("waiting jobs the drain deadline finds not started are failed without running, to be retried at once", async () => {
+test("waiting jobs the drain deadline finds not started are failed without running, to be retried at once", { timeout: 30000 }, async (t) => {
   const c = new Client(base);
   const q = queue();
   const ids: number[] = [];
@@ -370,6 +372,7 @@ test("waiting jobs the drain deadline finds not started are failed without runni
     { queues: [q], concurrency: 1, prefetch: 2, leaseMs: 3000, waitMs: 1000, drainTimeoutMs: 500 },
   );
   const run = w.run();
+  t.after(() => w.stop());
   await waitFor("3 claimed", async () => count(await states(c, ids), "claimed") === 3);
   assert.equal(ran.length, 1);
   w.stop();
@@ -385,7 +388,7 @@ test("waiting jobs the drain deadline finds not started are failed without runni
   }
 });
 
-test("a waiting job whose claim is lost is reported lost at once, never run, and its room claimed again", async () => {
+test("a waiting job whose claim is lost is reported lost at once, never run, and its room claimed again", { timeout: 30000 }, async (t) => {
   const c = new Client(base);
   const q = queue();
   const a = await c.enqueue({ queue: q, payload: "a", priority: 1 });
@@ -405,6 +408,7 @@ test("a waiting job whose claim is lost is reported lost at once, never run, and
     { queues: [q], concurrency: 1, prefetch: 1, leaseMs: 1000, waitMs: 1000, onDone: (d) => { dones.push(d); if (dones.length === 3) w.stop(); } },
   );
   const run = w.run();
+  t.after(() => { release(); w.stop(); });
   await waitFor("both claimed", async () => count(await states(c, [a.id, b.id]), "claimed") === 2);
   assert.deepEqual(ran, ["a"]);
   await c.cancel(b.id);
