@@ -229,6 +229,19 @@ export interface WorkerOptions {
   queues?: string[];
   /** Handlers running at once. Default 1. */
   concurrency?: number;
+  /**
+   * How many jobs the worker may hold claimed beyond its handlers, waiting
+   * for one to free up: a free handler then starts one at once instead of
+   * waiting for a claim, and each call carries more completions (for
+   * short jobs, prefetch = concurrency drains faster). A waiting job's
+   * lease is running (heartbeats keep it; one whose claim is lost is
+   * reported lost at once, never run) and another worker cannot take it:
+   * leave it 0 for long jobs. Jobs still waiting when a stop begins run
+   * during the drain; those the drain deadline finds not started are
+   * failed without running, to be retried at once (each claim counts as
+   * an attempt). Default 0; negative throws.
+   */
+  prefetch?: number;
   /** Lease of each claim; heartbeats every third of it. Default 30000. */
   leaseMs?: number;
   /** Long-poll of each claim. Default 30000. */
@@ -253,6 +266,21 @@ interface Pending {
   failed: boolean;
   stopped: boolean; // cut short by the drain timeout
 }
+
+/** A claimed job the worker holds: waiting for a free handler (prefetch), running, or done. */
+interface Held {
+  job: Job;
+  token: number;
+  /** The handler's signal: aborted with a ClaimLost when the claim is lost, or with an Error when the drain deadline passed. */
+  abort: AbortController;
+  claimLost?: ClaimLost;
+  lose: (err: ClaimLost) => void;
+  beatStop: AbortController;
+  beat: Promise<void>;
+  state: "waiting" | "running" | "done";
+}
+
+const stoppedMessage = "fenceq: worker stopped before the job finished";
 
 const MAX_BATCH = 1000; // the most jobs one batched call may carry
 
@@ -293,14 +321,16 @@ export class Worker {
   readonly name: string;
   private readonly queues: string[];
   private readonly concurrency: number;
+  private readonly prefetch: number;
   private readonly leaseMs: number;
   private readonly waitMs: number;
   private readonly drainTimeoutMs: number;
   private readonly stopping = new AbortController();
   private hardStopped = false;
-  private readonly jobAborts = new Set<AbortController>(); // the running handlers' signals
+  private readonly jobAborts = new Set<AbortController>(); // the held jobs' signals
   private fatal: unknown = undefined;
   private busy = 0; // handlers running
+  private queued: Held[] = []; // claimed, waiting for a free handler, in claim order
   private asked = 0; // jobs asked for by calls in flight
   private pending: Pending[] = [];
   private wakeUp: () => void = () => {};
@@ -313,6 +343,10 @@ export class Worker {
     this.name = options.name || hostname() || "worker";
     this.queues = options.queues ?? ["default"];
     this.concurrency = Math.max(1, options.concurrency ?? 1);
+    this.prefetch = options.prefetch ?? 0;
+    if (!Number.isInteger(this.prefetch) || this.prefetch < 0) {
+      throw new Error(`fenceq: worker prefetch ${this.prefetch} is not a whole number of 0 or more`);
+    }
     this.leaseMs = options.leaseMs ?? 30000;
     if (this.leaseMs < 30) throw new Error(`fenceq: worker lease ${this.leaseMs} ms is too short to heartbeat`);
     this.waitMs = options.waitMs ?? 30000;
@@ -343,19 +377,55 @@ export class Worker {
     if (this.fatal !== undefined) throw this.fatal;
   }
 
+  /** Room for more claims: free handlers plus prefetch, less the jobs waiting and those asked for. */
   private free(): number {
-    return this.concurrency - this.busy - this.asked;
+    return this.concurrency + this.prefetch - this.busy - this.queued.length - this.asked;
   }
 
+  /** Holds newly claimed jobs: each is heartbeated from now on, waits its turn, and starts on a free handler. */
   private start(jobs: Job[]): void {
     for (const job of jobs) {
+      const token = job.fencing_token ?? job.attempts;
+      const abort = new AbortController();
+      const beatStop = new AbortController();
+      const h: Held = { job, token, abort, beatStop, beat: Promise.resolve(), state: "waiting", lose: () => {} };
+      h.lose = (err: ClaimLost) => {
+        h.claimLost ??= err;
+        abort.abort(err);
+        if (h.state === "waiting") this.dropWaiting(h);
+      };
+      this.jobAborts.add(abort);
+      if (this.hardStopped) abort.abort(new Error(stoppedMessage));
+      h.beat = this.heartbeat(job.id, token, h.lose, beatStop.signal);
+      this.queued.push(h);
+    }
+    this.runQueued();
+  }
+
+  /** Starts waiting jobs on the free handlers, in the order claimed (after the drain deadline: all of them, to be failed unstarted). */
+  private runQueued(): void {
+    while (this.queued.length > 0 && (this.busy < this.concurrency || this.hardStopped)) {
+      const h = this.queued.shift()!;
+      h.state = "running";
       this.busy++;
-      void this.runJob(job).then((o) => {
+      void this.runJob(h).then((o) => {
         this.busy--;
         if (o) this.pending.push(o);
+        this.runQueued();
         this.wakeUp();
       });
     }
+  }
+
+  /** A waiting job whose claim a heartbeat found lost: reported lost now, never run; its room is claimed again. */
+  private dropWaiting(h: Held): void {
+    h.state = "done";
+    const i = this.queued.indexOf(h);
+    if (i >= 0) this.queued.splice(i, 1);
+    h.beatStop.abort();
+    this.jobAborts.delete(h.abort);
+    this.report({ job: h.job, outcome: "lost", error: h.claimLost });
+    this.wakeUp();
   }
 
   /**
@@ -418,9 +488,10 @@ export class Worker {
         const batch = this.pending;
         this.pending = [];
         const completions = batch.filter((o) => !o.failed).length;
-        // Replacements for the handlers this batch frees, and no more:
-        // the bound on what a lost reply can leave claimed.
-        const n = stopping ? 0 : Math.max(0, Math.min(this.free(), completions));
+        // Replacements for the handlers this batch frees (and room for
+        // prefetch), and no more: the bound on what a lost reply can
+        // leave claimed.
+        const n = stopping ? 0 : Math.max(0, Math.min(this.free(), completions + this.prefetch));
         this.asked += n;
         finish = this.finish(batch, n).then((next) => {
           this.asked -= n;
@@ -429,10 +500,12 @@ export class Worker {
           this.wakeUp();
         });
       }
-      if (stopping && this.busy === 0 && !claim && !finish && this.pending.length === 0) return;
-      if (drainUntil !== undefined && now >= drainUntil && !this.hardStopped && this.busy > 0) {
+      if (stopping && this.busy === 0 && this.queued.length === 0 && !claim && !finish && this.pending.length === 0) return;
+      if (drainUntil !== undefined && now >= drainUntil && !this.hardStopped && (this.busy > 0 || this.queued.length > 0)) {
         this.hardStopped = true;
-        for (const a of this.jobAborts) a.abort(new Error("fenceq: worker stopped before the job finished"));
+        for (const a of this.jobAborts) a.abort(new Error(stoppedMessage));
+        this.runQueued(); // the waiting jobs are failed without running
+        continue;
       }
       let wait: number | undefined;
       if (retryAt > now && !stopping) wait = retryAt - now;
@@ -448,53 +521,49 @@ export class Worker {
     }
   }
 
-  /** Runs the handler with heartbeats: undefined when the claim was lost (reported here), else the outcome to send. */
-  private async runJob(job: Job): Promise<Pending | undefined> {
-    const token = job.fencing_token ?? job.attempts;
-    // The handler's signal: aborted with a ClaimLost when the claim is
-    // lost, or with an Error when the drain deadline passed.
-    const abort = new AbortController();
+  /** Runs the handler of a held job (its heartbeats began at the claim): undefined when the claim was lost (reported here), else the outcome to send. */
+  private async runJob(h: Held): Promise<Pending | undefined> {
+    const { job, token, abort } = h;
     const signal = abort.signal;
-    let claimLost: ClaimLost | undefined;
-    const lose = (err: ClaimLost) => {
-      claimLost ??= err;
-      abort.abort(err);
-    };
-    this.jobAborts.add(abort);
-    if (this.hardStopped) abort.abort(new Error("fenceq: worker stopped before the job finished"));
     const ctx: JobContext = {
       id: job.id,
       token,
       worker: this.name,
       signal,
       check: async () => {
-        if (claimLost || !(await this.client.check(job.id, token))) {
-          const err = claimLost ?? new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
-          lose(err);
+        if (h.claimLost || !(await this.client.check(job.id, token))) {
+          const err = h.claimLost ?? new ClaimLost(`fenceq: job ${job.id}: token ${token} is no longer the current claim`);
+          h.lose(err);
           throw err;
         }
       },
     };
-    const beatStop = new AbortController();
-    const beat = this.heartbeat(job.id, token, lose, beatStop.signal);
     let value: unknown;
     let err: unknown = undefined;
     let failed = false;
-    const aborted = new Promise<never>((_, reject) =>
-      signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
-    );
-    aborted.catch(() => {});
-    try {
-      value = await Promise.race([this.handler(job, ctx), aborted]);
-    } catch (e) {
-      err = e;
+    if (signal.aborted) {
+      // The drain deadline passed before it started: fail it without
+      // running the handler (retried at once).
+      err = new Error(`not started: ${(signal.reason as Error)?.message ?? stoppedMessage}`);
       failed = true;
+    } else {
+      const aborted = new Promise<never>((_, reject) =>
+        signal.addEventListener("abort", () => reject(signal.reason), { once: true }),
+      );
+      aborted.catch(() => {});
+      try {
+        value = await Promise.race([this.handler(job, ctx), aborted]);
+      } catch (e) {
+        err = e;
+        failed = true;
+      }
     }
-    beatStop.abort();
-    await beat;
+    h.beatStop.abort();
+    await h.beat;
+    h.state = "done";
     this.jobAborts.delete(abort);
-    if (claimLost || err instanceof ClaimLost) {
-      this.report({ job, outcome: "lost", error: claimLost ?? err });
+    if (h.claimLost || err instanceof ClaimLost) {
+      this.report({ job, outcome: "lost", error: h.claimLost ?? err });
       return undefined;
     }
     if (!failed) {

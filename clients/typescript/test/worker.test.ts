@@ -261,3 +261,174 @@ test("a worker keeps no memory per finished job", async () => {
   // (AbortSignal.any): 3 KiB a job, 13 MiB here.
   assert.ok(grown < 4 << 20, `the heap grew ${Math.round(grown / 1024)} KiB over ${n} jobs`);
 });
+
+/** Polls cond every 20 ms until it holds; fails after timeoutMs. */
+async function waitFor(what: string, cond: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > until) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function states(c: Client, ids: number[]): Promise<Job[]> {
+  return Promise.all(ids.map((id) => c.getJob(id)));
+}
+
+const count = (jobs: Job[], state: string) => jobs.filter((j) => j.state === state).length;
+
+test("prefetch holds that many claimed jobs beyond the handlers, heartbeated, and runs them as handlers free up", { timeout: 30000 }, async (t) => {
+  const c = new Client(base);
+  const q = queue();
+  const ids: number[] = [];
+  for (let i = 0; i < 8; i++) ids.push((await c.enqueue({ queue: q, payload: i })).id);
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let started = 0;
+  let running = 0;
+  let peak = 0;
+  const dones: Done[] = [];
+  const w: Worker = new Worker(
+    c,
+    async (job) => {
+      started++;
+      peak = Math.max(peak, ++running);
+      await released;
+      running--;
+      return job.payload;
+    },
+    { queues: [q], concurrency: 2, prefetch: 3, leaseMs: 1000, waitMs: 1000, onDone: (d) => { dones.push(d); if (dones.length === 8) w.stop(); } },
+  );
+  const run = w.run();
+  t.after(() => { release(); w.stop(); }); // a failed assertion leaves no worker behind
+  await waitFor("5 claimed", async () => count(await states(c, ids), "claimed") === 5);
+  await new Promise((r) => setTimeout(r, 200)); // no more claims come
+  let js = await states(c, ids);
+  assert.equal(count(js, "claimed"), 5);
+  assert.equal(count(js, "available"), 3);
+  assert.equal(started, 2);
+  // More than a lease later the waiting jobs are still ours: heartbeated.
+  await new Promise((r) => setTimeout(r, 1500));
+  js = await states(c, ids);
+  const claimed = js.filter((j) => j.state === "claimed");
+  assert.equal(claimed.length, 5);
+  for (const j of claimed) {
+    assert.equal(j.attempts, 1);
+    assert.ok(Date.parse(j.lease_expires_at!) > Date.now(), `job ${j.id}'s lease ran out at ${j.lease_expires_at}`);
+  }
+  assert.equal(started, 2);
+  release();
+  await run;
+  assert.equal(dones.length, 8);
+  assert.ok(dones.every((d) => d.outcome === "completed"), JSON.stringify(dones.map((d) => d.outcome)));
+  for (const j of await states(c, ids)) {
+    assert.equal(j.state, "completed");
+    assert.equal(j.attempts, 1);
+  }
+  assert.equal(started, 8);
+  assert.ok(peak <= 2, `${peak} handlers ran at once`);
+});
+
+test("a stop runs the waiting (prefetched) jobs during the drain", { timeout: 30000 }, async (t) => {
+  const c = new Client(base);
+  const q = queue();
+  const ids: number[] = [];
+  for (let i = 0; i < 4; i++) ids.push((await c.enqueue({ queue: q, payload: i })).id);
+  let started = 0;
+  const w = new Worker(
+    c,
+    async (job) => {
+      started++;
+      await new Promise((r) => setTimeout(r, 500));
+      return job.payload;
+    },
+    { queues: [q], concurrency: 1, prefetch: 3, leaseMs: 3000, waitMs: 1000, drainTimeoutMs: 10000 },
+  );
+  const run = w.run();
+  t.after(() => w.stop());
+  await waitFor("4 claimed", async () => count(await states(c, ids), "claimed") === 4);
+  w.stop();
+  assert.ok(started < 4, `${started} started before the stop`);
+  await run;
+  assert.equal(started, 4);
+  for (const j of await states(c, ids)) {
+    assert.equal(j.state, "completed");
+    assert.equal(j.attempts, 1);
+  }
+});
+
+test("waiting jobs the drain deadline finds not started are failed without running, to be retried at once", { timeout: 30000 }, async (t) => {
+  const c = new Client(base);
+  const q = queue();
+  const ids: number[] = [];
+  for (let i = 0; i < 3; i++) ids.push((await c.enqueue({ queue: q, payload: i, max_attempts: 5 })).id);
+  const ran: number[] = [];
+  const w = new Worker(
+    c,
+    async (job, ctx) => {
+      ran.push(job.id);
+      await new Promise<void>((_, reject) => ctx.signal.addEventListener("abort", () => reject(ctx.signal.reason)));
+    },
+    { queues: [q], concurrency: 1, prefetch: 2, leaseMs: 3000, waitMs: 1000, drainTimeoutMs: 500 },
+  );
+  const run = w.run();
+  t.after(() => w.stop());
+  await waitFor("3 claimed", async () => count(await states(c, ids), "claimed") === 3);
+  assert.equal(ran.length, 1);
+  w.stop();
+  await run;
+  assert.equal(ran.length, 1, `handlers ran for ${ran}`);
+  for (const j of await states(c, ids)) {
+    assert.equal(j.attempts, 1);
+    assert.ok(
+      j.state === "available" || (j.state === "scheduled" && Math.abs(Date.parse(j.run_at) - Date.parse(j.updated_at)) < 100),
+      `job ${j.id}: ${j.state}, run_at ${j.run_at}, updated_at ${j.updated_at}`,
+    );
+    assert.match(j.last_error ?? "", /worker stopped/);
+  }
+});
+
+test("a waiting job whose claim is lost is reported lost at once, never run, and its room claimed again", { timeout: 30000 }, async (t) => {
+  const c = new Client(base);
+  const q = queue();
+  const a = await c.enqueue({ queue: q, payload: "a", priority: 1 });
+  const b = await c.enqueue({ queue: q, payload: "b" });
+  let release!: () => void;
+  const released = new Promise<void>((r) => (release = r));
+  let isReleased = false;
+  const ran: unknown[] = [];
+  const dones: Done[] = [];
+  const w: Worker = new Worker(
+    c,
+    async (job) => {
+      ran.push(job.payload);
+      if (job.payload === "a") await released;
+      return job.payload;
+    },
+    { queues: [q], concurrency: 1, prefetch: 1, leaseMs: 1000, waitMs: 1000, onDone: (d) => { dones.push(d); if (dones.length === 3) w.stop(); } },
+  );
+  const run = w.run();
+  t.after(() => { release(); w.stop(); });
+  await waitFor("both claimed", async () => count(await states(c, [a.id, b.id]), "claimed") === 2);
+  assert.deepEqual(ran, ["a"]);
+  await c.cancel(b.id);
+  const t0 = Date.now();
+  await waitFor("b reported lost", () => dones.some((d) => d.job.id === b.id), 3000);
+  assert.ok(!isReleased);
+  assert.deepEqual(dones.map((d) => [d.job.id, d.outcome]), [[b.id, "lost"]], `${Date.now() - t0} ms after the cancel`);
+  // Its room is claimed again while a's handler still runs.
+  const c2 = await c.enqueue({ queue: q, payload: "c" });
+  await waitFor("c claimed", async () => (await c.getJob(c2.id)).state === "claimed", 3000);
+  assert.deepEqual(ran, ["a"]);
+  isReleased = true;
+  release();
+  await run;
+  assert.deepEqual(ran, ["a", "c"]);
+  assert.equal((await c.getJob(b.id)).state, "cancelled");
+  assert.equal((await c.getJob(a.id)).state, "completed");
+  assert.equal((await c.getJob(c2.id)).state, "completed");
+});
+
+test("a negative prefetch is refused", () => {
+  assert.throws(() => new Worker(new Client(base), async () => null, { prefetch: -1 }), /prefetch/);
+});

@@ -1,7 +1,8 @@
 // The TypeScript Worker as the worker-protocol suite drives it
 // (e2e/workerprotocol_test.go): clients/typescript built into its dist/.
 // Env: WP_URL, WP_QUEUE, WP_NAME, WP_LEASE_MS; optional: WP_TOKEN,
-// WP_START_TIMEOUT_MS (give up on a server that never answers); over https
+// WP_START_TIMEOUT_MS (give up on a server that never answers), WP_PREFETCH
+// (the Worker's prefetch, default 0); over https
 // Node trusts the CA file in NODE_EXTRA_CA_CERTS. Each job's payload is
 // {"sleep_ms": N, "result": R}: the handler sleeps N ms and returns
 // {"by": WP_NAME, "r": R}. Events go to stdout, one JSON object a line:
@@ -26,6 +27,7 @@ const w = new Worker(new Client(process.env.WP_URL, { token: process.env.WP_TOKE
   name,
   queues: [process.env.WP_QUEUE],
   concurrency: 4,
+  prefetch: Number(process.env.WP_PREFETCH) || 0,
   leaseMs: Number(process.env.WP_LEASE_MS),
   waitMs: 5000,
   drainTimeoutMs: 10000,
