@@ -116,9 +116,14 @@ func (w *Worker) loop(claimCtx context.Context) {
 				continue // a heartbeat found its claim lost while it waited
 			}
 			busy++
-			if h.ctx.Err() != nil {
+			if w.jobsCtx.Err() != nil {
 				// The drain deadline passed before it started: fail it
-				// without running the handler (retried at once).
+				// without running the handler (retried at once). The
+				// parent is asked, not h.ctx: the hard stop cancels the
+				// handlers' contexts one after the other, and the job
+				// whose handler returned first may free a handler before
+				// this one's context is reached.
+				h.cancel(context.Cause(w.jobsCtx))
 				go func() { outcomes <- outcome{h: h, err: fmt.Errorf("not started: %w", context.Cause(h.ctx))} }()
 				continue
 			}
